@@ -1,0 +1,3376 @@
+#!/usr/bin/env python3
+"""graphmem: a lean, self-curating MCP memory server for AI coding agents.
+
+Drop-in for @modelcontextprotocol/server-memory: same memory.jsonl, same nine tools,
+answers in a fraction of the tokens. Standard library only. One file, sections in the
+order data flows: settings, graph model, store, metadata, text, search and recall,
+packer, lifecycle, guardrail, tools, MCP loop, UI server, CLI.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import html
+import json
+import math
+import os
+import random
+import re
+import secrets
+import shutil
+import socket
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+__version__ = "0.1.0"
+SERVER_NAME = "graphmem"
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 1. Settings
+# ════════════════════════════════════════════════════════════════════════════
+
+class ConfigError(Exception):
+    """A bad setting: reported on stderr at start-up, never as a traceback."""
+
+
+def default_memory_path(env: dict[str, str]) -> Path:
+    """One memory per user, shared by every agent on the machine."""
+    if os.name == "nt":
+        base = env.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "graphmem" / "memory.jsonl"
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "graphmem" / "memory.jsonl"
+
+
+def _int_setting(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number (default {default})") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={value} is out of range {low}..{high} (default {default})")
+    return value
+
+
+def _float_setting(env: dict[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number (default {default})") from None
+    if not (low <= value <= high) or math.isnan(value):
+        raise ConfigError(f"{name}={value} is out of range {low}..{high} (default {default})")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    file_path: Path
+    obs_max_chars: int = 300
+    obs_max: int = 15
+    search_limit: int = 10
+    backups_kept: int = 7
+    recall_budget: int = 1500
+    guardrail_max_drop: float = 0.02
+    price_per_mtok: float = 3.0
+    price_model: str = "claude-sonnet-4-6"
+    project_root: Path | None = None
+    lock_timeout: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        raw_path = env.get("MEMORY_FILE_PATH", "").strip()
+        path = Path(raw_path).expanduser() if raw_path else default_memory_path(env)
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        if path.exists() and path.is_dir():
+            raise ConfigError(f"MEMORY_FILE_PATH={path} is a folder; give a file path such as {path / 'memory.jsonl'}")
+        root = env.get("MEMORY_PROJECT_ROOT", "").strip()
+        return cls(
+            file_path=path,
+            obs_max_chars=_int_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
+            obs_max=_int_setting(env, "MEMORY_OBS_MAX", 15, 1, 100_000),
+            search_limit=_int_setting(env, "MEMORY_SEARCH_LIMIT", 10, 1, 1000),
+            backups_kept=_int_setting(env, "MEMORY_BACKUPS_KEPT", 7, 0, 3650),
+            recall_budget=_int_setting(env, "MEMORY_RECALL_BUDGET", 1500, 50, 100_000),
+            guardrail_max_drop=_float_setting(env, "MEMORY_GUARDRAIL_MAX_DROP", 0.02, 0.0, 1.0),
+            price_per_mtok=_float_setting(env, "MEMORY_PRICE_PER_MTOK", 3.0, 0.0, 10_000.0),
+            price_model=env.get("MEMORY_PRICE_MODEL", "").strip() or "claude-sonnet-4-6",
+            project_root=Path(root).expanduser().resolve() if root else None,
+        )
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 2. Graph model: entities, relations, JSONL parse and serialise
+# ════════════════════════════════════════════════════════════════════════════
+
+ENTITY_KEYS = ("type", "name", "entityType", "observations")
+RELATION_KEYS = ("type", "from", "to", "relationType")
+
+
+@dataclasses.dataclass
+class Entity:
+    name: str
+    entityType: str
+    observations: list[str]
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def copy(self) -> "Entity":
+        return Entity(self.name, self.entityType, list(self.observations), dict(self.extra))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "entity", "name": self.name, "entityType": self.entityType,
+                "observations": self.observations, **self.extra}
+
+
+@dataclasses.dataclass
+class Relation:
+    frm: str
+    to: str
+    relationType: str
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.frm, self.to, self.relationType)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "relation", "from": self.frm, "to": self.to,
+                "relationType": self.relationType, **self.extra}
+
+    def line(self) -> str:
+        return f"{self.frm} -{self.relationType}-> {self.to}"
+
+
+@dataclasses.dataclass
+class Graph:
+    entities: list[Entity] = dataclasses.field(default_factory=list)
+    relations: list[Relation] = dataclasses.field(default_factory=list)
+    other_lines: list[str] = dataclasses.field(default_factory=list)  # valid JSON of unknown type: kept as is
+    unreadable: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)  # (line number, raw line)
+    _by_name: dict[str, Entity] | None = dataclasses.field(default=None, repr=False)
+
+    def by_name(self) -> dict[str, Entity]:
+        if self._by_name is None:
+            index: dict[str, Entity] = {}
+            for entity in self.entities:
+                index.setdefault(entity.name, entity)  # duplicate names: the first copy is the one edited
+            self._by_name = index
+        return self._by_name
+
+    def get(self, name: str) -> Entity | None:
+        return self.by_name().get(name)
+
+    def invalidate(self) -> None:
+        self._by_name = None
+
+    def relations_of(self, names: set[str]) -> list[Relation]:
+        return [r for r in self.relations if r.frm in names or r.to in names]
+
+    def fact_count(self) -> int:
+        return sum(len(e.observations) for e in self.entities)
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def dump_json_line(obj: Any) -> str:
+    """Compact JSON, raw UTF-8, lone surrogates escaped: byte-identical to the reference server."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+def parse_graph_bytes(data: bytes) -> Graph:
+    graph = Graph()
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            graph.unreadable.append((number, raw))
+            continue
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if kind == "entity" and _valid_entity(obj):
+            extra = {k: v for k, v in obj.items() if k not in ENTITY_KEYS}
+            entity_type = obj.get("entityType")
+            graph.entities.append(Entity(obj["name"], entity_type if isinstance(entity_type, str) else "unknown",
+                                         list(obj.get("observations") or []), extra))
+        elif kind == "relation" and all(isinstance(obj.get(k), str) for k in ("from", "to", "relationType")):
+            extra = {k: v for k, v in obj.items() if k not in RELATION_KEYS}
+            graph.relations.append(Relation(obj["from"], obj["to"], obj["relationType"], extra))
+        elif isinstance(obj, dict) and kind not in ("entity", "relation"):
+            graph.other_lines.append(line.decode("utf-8"))
+        else:
+            graph.unreadable.append((number, raw))
+    return graph
+
+
+def _valid_entity(obj: dict[str, Any]) -> bool:
+    observations = obj.get("observations", [])
+    return (isinstance(obj.get("name"), str)
+            and (observations is None or (isinstance(observations, list)
+                                          and all(isinstance(o, str) for o in observations))))
+
+
+def serialise_graph(graph: Graph) -> str:
+    """Entities, then relations, then lines of unknown type; no trailing newline (as the reference)."""
+    lines = [dump_json_line(e.to_json()) for e in graph.entities]
+    lines += [dump_json_line(r.to_json()) for r in graph.relations]
+    lines += graph.other_lines
+    return "\n".join(lines)
+
+
+DATE_PREFIX = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})\b")
+
+
+def fact_date(text: str) -> str | None:
+    """A fact starting with an ISO date is dated (history); others are identity facts."""
+    m = DATE_PREFIX.match(text)
+    return m.group(1) if m else None
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 3. GraphStore: lock, cache, transactions, archive, backups, unreadable lines
+# ════════════════════════════════════════════════════════════════════════════
+
+class StoreError(Exception):
+    """A store problem the agent can act on (lock timeout, unwritable folder)."""
+
+
+LOCK_STALE_SECONDS = 30.0
+WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+_SAFE_FILE_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def encode_entity_filename(name: str) -> str:
+    """Reversible, case-safe, traversal-safe file stem for any entity name.
+
+    Lower-case letters, digits and '-' stay; every other UTF-8 byte becomes _XX. Upper case
+    is escaped too, so "Alice" and "alice" never share a file on case-insensitive disks."""
+    out = []
+    for ch in name:
+        if ch in _SAFE_FILE_CHARS:
+            out.append(ch)
+        else:
+            out.extend(f"_{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+    stem = "".join(out) or "_"
+    if stem.split("_", 1)[0] in WINDOWS_RESERVED or stem[:4] in WINDOWS_RESERVED:
+        stem = f"_{ord(stem[0]):02x}{stem[1:]}"
+    if len(stem) > 180:  # file systems cap names at 255 bytes; the heading inside keeps the full name
+        stem = stem[:160] + "~" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return stem
+
+
+def decode_entity_filename(stem: str) -> str | None:
+    if "~" in stem:
+        return None
+    if stem == "_":
+        return ""
+    data = bytearray()
+    i = 0
+    while i < len(stem):
+        if stem[i] == "_":
+            data.append(int(stem[i + 1:i + 3], 16))
+            i += 3
+        else:
+            data.extend(stem[i].encode())
+            i += 1
+    return data.decode("utf-8", "surrogatepass")
+
+
+@dataclasses.dataclass
+class ArchivedFact:
+    text: str
+    why: str
+    when: str
+
+
+class Transaction:
+    """One change to the graph: records entity snapshots (for history and undo) and archive moves."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.before: dict[str, Entity | None] = {}
+        self.relations_before: list[tuple[str, str, str]] | None = None
+        self.archive_adds: list[tuple[str, list[str], str]] = []
+        self.archive_removes: list[tuple[str, list[str]]] = []
+        self.archive_renames: list[tuple[str, str]] = []
+        self.changed = False
+        self.added = self.refused = 0  # facts, for "did anything go in?"
+
+    def touch(self, name: str) -> None:
+        """Call before changing entity `name` (or creating it)."""
+        if name not in self.before:
+            current = self.graph.get(name)
+            self.before[name] = current.copy() if current else None
+        self.changed = True
+        self.graph.invalidate()
+
+    def touch_relations(self) -> None:
+        if self.relations_before is None:
+            self.relations_before = [r.key for r in self.graph.relations]
+        self.changed = True
+
+    def archive(self, name: str, facts: list[str], why: str) -> None:
+        if facts:
+            self.archive_adds.append((name, list(facts), why))
+
+    def unarchive(self, name: str, facts: list[str]) -> None:
+        if facts:
+            self.archive_removes.append((name, list(facts)))
+
+    def changes(self) -> dict[str, Any]:
+        """Before/after of every touched entity and the relation diff: the history record."""
+        entities = []
+        for name, before in self.before.items():
+            after = self.graph.get(name)
+            b = before.to_json() if before else None
+            a = after.to_json() if after else None
+            if a != b:
+                entities.append({"name": name, "before": b, "after": a})
+        added: list[list[str]] = []
+        removed: list[list[str]] = []
+        if self.relations_before is not None:
+            old = set(self.relations_before)
+            new = {r.key for r in self.graph.relations}
+            added = [list(k) for k in sorted(new - old)]
+            removed = [list(k) for k in sorted(old - new)]
+        return {"entities": entities, "relationsAdded": added, "relationsRemoved": removed,
+                "archived": [[n, f, w] for n, f, w in self.archive_adds],
+                "unarchived": [[n, f] for n, f in self.archive_removes],
+                "renamed": [list(p) for p in self.archive_renames]}
+
+
+class GraphStore:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.path = settings.file_path
+        self.folder = self.path.parent
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.unreadable_path = self.path.with_name(self.path.name + ".unreadable")
+        self.archive_dir = self.folder / "archive"
+        self.backup_dir = self.folder / "backups"
+        self._cache_key: tuple[int, int, int] | None = None
+        self._cache: Graph | None = None
+        self.generation = 0  # bumps whenever the cached graph is replaced
+
+    # ── reading (never locks, never writes) ──
+    def stat_key(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def read(self) -> Graph:
+        """The current graph, cached until another process (or we) replace the file."""
+        for _ in range(5):
+            key = self.stat_key()
+            if key is not None and key == self._cache_key and self._cache is not None:
+                return self._cache
+            data = self._read_bytes()
+            if key == self.stat_key():
+                break
+        graph = parse_graph_bytes(data)
+        self._cache, self._cache_key = graph, key
+        self.generation += 1
+        return graph
+
+    def _read_bytes(self) -> bytes:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def _read_fresh(self) -> Graph:
+        return parse_graph_bytes(self._read_bytes())
+
+    # ── the writer lock ──
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.settings.lock_timeout
+        token = f"{os.getpid()}-{secrets.token_hex(6)}"
+        while True:
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except (FileExistsError, PermissionError):  # Windows reports a lock being deleted as EACCES
+                if self._break_stale_lock():
+                    continue
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the graph is locked by another writer ({self._describe_lock()}); "
+                                     "try again in a moment") from None
+                time.sleep(random.uniform(0.003, 0.02))
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
+                           "token": token}, handle)
+            break
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if self._lock_token() == token:
+                    os.unlink(self.lock_path)
+
+    def _lock_info(self) -> dict[str, Any] | None:
+        try:
+            info = json.loads(self.lock_path.read_text(encoding="utf-8"))
+            return info if isinstance(info, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def _lock_token(self) -> str | None:
+        info = self._lock_info()
+        return info.get("token") if info else None
+
+    def _describe_lock(self) -> str:
+        info = self._lock_info() or {}
+        return f"pid {info.get('pid', '?')} on {info.get('host', '?')}"
+
+    def _break_stale_lock(self) -> bool:
+        """Break a lock whose owner died (SIGKILL) or that is older than any real write."""
+        try:
+            age = time.time() - os.stat(self.lock_path).st_mtime
+        except FileNotFoundError:
+            return True
+        info = self._lock_info()
+        stale = age > LOCK_STALE_SECONDS
+        if info is None:
+            stale = stale or age > 2.0  # created but never written: the writer died in between
+        elif info.get("host") == socket.gethostname() and os.name != "nt":
+            stale = stale or not _pid_alive(int(info.get("pid", 0) or 0))
+        if not stale:
+            return False
+        aside = self.lock_path.with_name(f"{self.lock_path.name}.stale-{os.getpid()}-{secrets.token_hex(3)}")
+        try:
+            os.replace(self.lock_path, aside)
+        except OSError:
+            return False
+        moved = None
+        with contextlib.suppress(OSError, ValueError):
+            moved = json.loads(aside.read_text(encoding="utf-8"))
+        if info is not None and moved != info:  # a live writer took the lock meanwhile: give it back
+            with contextlib.suppress(OSError):
+                os.link(aside, self.lock_path)
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        log(f"broke a stale lock on {self.path.name} ({'pid %s' % info.get('pid') if info else 'empty'}, {age:.1f}s old)")
+        return True
+
+    # ── transactions: lock, re-read, change, archive, atomic write ──
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self.lock():
+            graph = self._read_fresh()
+            tx = Transaction(graph)
+            yield tx
+            if tx.changed or graph.unreadable:
+                self._commit(tx)
+
+    def _commit(self, tx: Transaction) -> None:
+        self._backup_daily()
+        self._apply_archive(tx)  # archive first: a crash in between duplicates a fact, never loses one
+        if tx.graph.unreadable:
+            self._set_aside_unreadable(tx.graph)
+        self._write_atomic(serialise_graph(tx.graph).encode("utf-8"))
+        self._cache, self._cache_key = tx.graph, self.stat_key()
+        self.generation += 1
+
+    def _write_atomic(self, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if os.name != "nt":  # make the rename itself durable
+            with contextlib.suppress(OSError):
+                dir_fd = os.open(self.folder, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+
+    def _set_aside_unreadable(self, graph: Graph) -> None:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with open(self.unreadable_path, "ab") as handle:
+            for number, raw in graph.unreadable:
+                handle.write(f"# {stamp} line {number}\n".encode() + raw.rstrip(b"\r") + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        log(f"moved {len(graph.unreadable)} unreadable line(s) to {self.unreadable_path}")
+        graph.unreadable = []
+
+    def unreadable_set_aside(self) -> int:
+        try:
+            return sum(1 for line in self.unreadable_path.read_bytes().split(b"\n") if line.startswith(b"# "))
+        except FileNotFoundError:
+            return 0
+
+    # ── backups ──
+    def _backup_daily(self) -> None:
+        if self.settings.backups_kept <= 0 or not self.path.exists():
+            return
+        today = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+        target = self.backup_dir / f"{self.path.stem}-{today}{self.path.suffix}"
+        if target.exists():
+            return
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(self.path, target)
+        self._prune_backups()
+
+    def backup_now(self, label: str) -> Path:
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M%S")
+        target = self.backup_dir / f"{self.path.stem}-{stamp}-{label}{self.path.suffix}"
+        if self.path.exists():
+            shutil.copy2(self.path, target)
+        else:
+            target.write_bytes(b"")
+        return target
+
+    def _prune_backups(self) -> None:
+        pattern = re.compile(re.escape(self.path.stem) + r"-\d{4}-\d{2}-\d{2}" + re.escape(self.path.suffix) + "$")
+        daily = sorted(p for p in self.backup_dir.iterdir() if pattern.match(p.name))
+        for old in daily[:-self.settings.backups_kept]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+    # ── archive: archive/<encoded name>.md, Markdown a person can read ──
+    def archive_path(self, name: str) -> Path:
+        return self.archive_dir / (encode_entity_filename(name) + ".md")
+
+    def read_archive(self, name: str) -> list[ArchivedFact]:
+        path = self.archive_path(name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        return parse_archive(text)
+
+    def archived_count(self, name: str) -> int:
+        return len(self.read_archive(name)) if self.archive_dir.exists() else 0
+
+    def _apply_archive(self, tx: Transaction) -> None:
+        for old, new in tx.archive_renames:
+            facts = self.read_archive(old)
+            if facts:
+                self._write_archive(new, self.read_archive(new) + facts)
+                with contextlib.suppress(FileNotFoundError):
+                    self.archive_path(old).unlink()
+        for name, texts in tx.archive_removes:
+            facts = self.read_archive(name)
+            remaining = list(facts)
+            for text in texts:
+                for i, fact in enumerate(remaining):
+                    if fact.text == text:
+                        del remaining[i]
+                        break
+            self._write_archive(name, remaining)
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        for name, texts, why in tx.archive_adds:
+            self._write_archive(name, self.read_archive(name) + [ArchivedFact(t, why, stamp) for t in texts])
+
+    def _write_archive(self, name: str, facts: list[ArchivedFact]) -> None:
+        path = self.archive_path(name)
+        if not facts:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        data = render_archive(name, facts).encode("utf-8", "surrogatepass")
+        fd, tmp = tempfile.mkstemp(prefix=".archive.", suffix=".tmp", dir=self.archive_dir)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+
+def render_archive(name: str, facts: list[ArchivedFact]) -> str:
+    lines = [f"# Archived facts of {name}", f"<!-- graphmem archive; entity: {json.dumps(name)} -->"]
+    section = None
+    for fact in facts:
+        if (fact.why, fact.when) != section:
+            section = (fact.why, fact.when)
+            lines += ["", f"## {fact.why} · {fact.when}"]
+        first, *rest = fact.text.split("\n")
+        lines.append(f"- {first}")
+        lines += [f"  {more}" for more in rest]
+    return "\n".join(lines) + "\n"
+
+
+def parse_archive(text: str) -> list[ArchivedFact]:
+    facts: list[ArchivedFact] = []
+    why, when = "archived", ""
+    for line in text.split("\n"):
+        if line.startswith("## "):
+            why, _, when = line[3:].partition(" · ")
+        elif line.startswith("- "):
+            facts.append(ArchivedFact(line[2:], why, when))
+        elif line.startswith("  ") and facts:
+            facts[-1].text += "\n" + line[2:]
+    return facts
+
+
+def archive_entity_name(path: Path) -> str | None:
+    """The entity an archive file belongs to (from its comment line; the file name as fallback)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for _ in range(3):
+                line = handle.readline()
+                if line.startswith("<!-- graphmem archive; entity: "):
+                    return json.loads(line[len("<!-- graphmem archive; entity: "):].rsplit(" -->", 1)[0])
+    except (OSError, ValueError):
+        pass
+    return decode_entity_filename(path.stem)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def log(message: str) -> None:
+    """Logs go to stderr: stdout carries only the protocol."""
+    print(f"graphmem: {message}", file=sys.stderr, flush=True)
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 4. MetaStore: SQLite beside the graph (per-fact state, ledger, probes, history)
+# ════════════════════════════════════════════════════════════════════════════
+
+NEW_FACT_STABILITY_H = 168.0
+MAX_STABILITY_H = 8760.0
+FADING_RETENTION = 0.3     # shown dimmed and counted as fading
+FADED_RETENTION = 0.05     # --compact may archive an unpinned fact this faded
+
+SCHEMA = [
+    # version 1
+    """
+    CREATE TABLE IF NOT EXISTS facts(
+        entity TEXT NOT NULL, text TEXT NOT NULL,
+        created REAL NOT NULL, last_used REAL NOT NULL, uses INTEGER NOT NULL DEFAULT 0,
+        stability REAL NOT NULL, importance REAL NOT NULL DEFAULT 0.5, pinned INTEGER NOT NULL DEFAULT 0,
+        client TEXT, PRIMARY KEY(entity, text)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS ledger(
+        id INTEGER PRIMARY KEY, ts REAL NOT NULL, tool TEXT NOT NULL, client TEXT,
+        tokens INTEGER NOT NULL, reference_tokens INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS probes(
+        id INTEGER PRIMARY KEY, query TEXT NOT NULL, entity TEXT NOT NULL, fact TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL, created REAL NOT NULL, UNIQUE(query, entity, fact));
+    CREATE TABLE IF NOT EXISTS history(
+        id INTEGER PRIMARY KEY, ts REAL NOT NULL, client TEXT, summary TEXT NOT NULL,
+        changes TEXT NOT NULL, undone INTEGER NOT NULL DEFAULT 0);
+    """,
+    # version 2: code anchors
+    """
+    CREATE TABLE IF NOT EXISTS anchors(
+        entity TEXT NOT NULL, text TEXT NOT NULL, root TEXT NOT NULL, path TEXT NOT NULL,
+        symbol TEXT NOT NULL DEFAULT '', fingerprint TEXT NOT NULL, verified REAL NOT NULL,
+        PRIMARY KEY(entity, text)) WITHOUT ROWID;
+    """,
+]
+
+
+@dataclasses.dataclass
+class FactState:
+    created: float
+    last_used: float
+    uses: int = 0
+    stability: float = NEW_FACT_STABILITY_H
+    importance: float = 0.5
+    pinned: bool = False
+    client: str | None = None
+
+    def retention(self, now: float) -> float:
+        if self.pinned:
+            return 1.0
+        hours = max(0.0, now - self.last_used) / 3600.0
+        return 0.5 ** (hours / max(self.stability, 1.0))
+
+
+class MetaStore:
+    """Derived state keyed by (entity, fact text). The JSONL stays the truth: deleting this loses history, not facts."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.conn = self._open()
+        self.states: dict[tuple[str, str], FactState] = {}
+        self._data_version = -1
+        self._reconciled_generation = -1
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._connect_and_migrate()
+        except sqlite3.DatabaseError as err:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            log(f"warning: {self.path.name} is unreadable ({err}); moved to {aside.name} and rebuilt from the graph")
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.replace(str(self.path) + suffix, str(aside) + suffix)
+            return self._connect_and_migrate()
+
+    def _connect_and_migrate(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout=10000")
+            with contextlib.suppress(sqlite3.OperationalError):
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            for number, script in enumerate(SCHEMA, start=1):
+                if version < number:
+                    conn.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version={number}; COMMIT;")
+            conn.execute("SELECT count(*) FROM facts").fetchone()
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
+
+    # ── fact state ──
+    def reconcile(self, graph: Graph, generation: int, client: str | None) -> None:
+        """Bring fact state in line with the graph: facts added or removed by other tools or people."""
+        dv = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if generation == self._reconciled_generation and dv == self._data_version:
+            return
+        if dv != self._data_version or not self.states:
+            self.states = {}
+            for row in self.conn.execute(
+                    "SELECT entity, text, created, last_used, uses, stability, importance, pinned, client FROM facts"):
+                self.states[(row[0], row[1])] = FactState(row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
+        live = {(e.name, o) for e in graph.entities for o in e.observations}
+        missing = live.difference(self.states)
+        gone = [key for key in self.states if key not in live]
+        if missing or gone:
+            now = time.time()
+            with self.write():
+                for key in missing:
+                    self.states[key] = FactState(now, now, client=client)
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO facts(entity, text, created, last_used, stability, client) VALUES (?,?,?,?,?,?)",
+                    [(e, t, now, now, NEW_FACT_STABILITY_H, client) for e, t in missing])
+                self.conn.executemany("DELETE FROM facts WHERE entity=? AND text=?", gone)
+            for key in gone:
+                del self.states[key]
+        self._reconciled_generation = generation
+        self._data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def state(self, entity: str, text: str) -> FactState:
+        key = (entity, text)
+        if key not in self.states:
+            now = time.time()
+            self.states[key] = FactState(now, now)
+        return self.states[key]
+
+    def save_states(self, keys: Iterable[tuple[str, str]]) -> None:
+        rows = []
+        for entity, text in keys:
+            s = self.state(entity, text)
+            rows.append((entity, text, s.created, s.last_used, s.uses, s.stability, s.importance, int(s.pinned), s.client))
+        if rows:
+            with self.write():
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO facts(entity, text, created, last_used, uses, stability, importance, pinned, client)"
+                    " VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            self._data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def reinforce(self, keys: Iterable[tuple[str, str]]) -> None:
+        """A fact returned to an agent: its clock resets and it grows sturdier (faster when important)."""
+        now = time.time()
+        keys = list(dict.fromkeys(keys))
+        for key in keys:
+            s = self.state(*key)
+            s.stability = min(MAX_STABILITY_H, s.stability * (1.0 + 0.5 * (0.5 + s.importance)))
+            s.last_used, s.uses = now, s.uses + 1
+        self.save_states(keys)
+
+    def move_facts(self, renames: list[tuple[tuple[str, str], tuple[str, str]]]) -> None:
+        """Keep a fact's state when its entity is renamed or its text edited."""
+        for old, new in renames:
+            if old in self.states:
+                self.states[new] = self.states.pop(old)
+        with self.write():
+            for (oe, ot), (ne, nt) in renames:
+                self.conn.execute("DELETE FROM facts WHERE entity=? AND text=?", (ne, nt))
+                self.conn.execute("UPDATE facts SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
+                self.conn.execute("UPDATE OR REPLACE anchors SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
+
+    # ── ledger ──
+    def record_call(self, tool: str, client: str | None, tokens: int, reference_tokens: int) -> None:
+        with self.write():
+            self.conn.execute("INSERT INTO ledger(ts, tool, client, tokens, reference_tokens) VALUES (?,?,?,?,?)",
+                              (time.time(), tool, client, tokens, reference_tokens))
+
+    # ── probes ──
+    def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
+        with self.write():
+            cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
+                                    (query, entity, fact, source, time.time()))
+        return cur.rowcount > 0
+
+    def probes(self) -> list[tuple[str, str, str, str]]:
+        return list(self.conn.execute("SELECT query, entity, fact, source FROM probes ORDER BY id"))
+
+    # ── history ──
+    def record_history(self, client: str | None, summary: str, changes: dict[str, Any]) -> None:
+        with self.write():
+            self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
+                              (time.time(), client, summary, json.dumps(changes, ensure_ascii=False)))
+
+    def history(self, limit: int) -> list[tuple[int, float, str | None, str, int]]:
+        return list(self.conn.execute(
+            "SELECT id, ts, client, summary, undone FROM history ORDER BY id DESC LIMIT ?", (limit,)))
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 5. Text: tokens, stems, token estimate, hashing embedder
+# ════════════════════════════════════════════════════════════════════════════
+
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between both
+but by can could did do does doing down during each few for from further had has have having he her here hers
+him his how i if in into is it its itself just me more most my no nor not of off on once only or other our ours
+out over own same she should so some such than that the their theirs them then there these they this those
+through to too under until up very was we were what when where which while who whom why will with would you
+your yours yourself also did does get got know tell us let want need use used using one ones thing things
+""".split())
+
+_WORD = re.compile(r"[^\W_]+")
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er", "ed", "es", "ly", "s")
+
+
+def tokenize(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def stem(word: str) -> str:
+    """Light suffix stripping, enough for deploy/deploys/deployed/deployment to meet."""
+    cached = _STEM_CACHE.get(word)
+    if cached is not None:
+        return cached
+    result = word
+    if len(word) > 4 and not word.isdigit():
+        for suffix in _SUFFIXES:
+            if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+                result = word[:-len(suffix)]
+                if suffix in ("ies", "ied"):
+                    result += "y"
+                break
+        if len(result) > 3 and result[-1] == result[-2] and result[-1] not in "aeiouls":
+            result = result[:-1]  # running -> run, planned -> plan
+        if result.endswith("e") and len(result) > 4:
+            result = result[:-1]
+    if len(_STEM_CACHE) < 500_000:
+        _STEM_CACHE[word] = result
+    return result
+
+
+_STEM_CACHE: dict[str, str] = {}
+
+
+def stems_line(text: str) -> str:
+    """' s1 s2 s3 ': substring search for ' term' is a fast word-prefix match."""
+    return " " + " ".join(stem(w) for w in tokenize(text)) + " "
+
+
+def estimate_tokens(text: str) -> int:
+    """The one token estimate: characters / 4, the figure peers publish."""
+    return (len(text) + 3) // 4
+
+
+# Small groups of words agents use interchangeably for the same thing in software work.
+SYNONYM_GROUPS = [
+    "deploy release ship rollout publish", "database db postgres postgresql mysql sqlite", "bug defect issue",
+    "error failure exception crash", "config configuration setting settings", "repo repository",
+    "auth authentication login signin", "test tests testing spec", "doc docs documentation readme",
+    "dependency dependencies dep deps package", "server host machine", "start launch boot", "stop halt kill",
+    "delete remove drop", "create add new", "fast quick speed latency performance", "slow latency lag",
+    "prod production live", "staging preprod", "dev development local", "user customer client",
+    "meeting call sync", "owner maintainer responsible", "price cost billing pay payment invoice",
+    "secret credential password token key", "branch git", "ci pipeline build", "cache caching redis memcached",
+    "queue broker kafka rabbitmq", "email mail smtp", "schedule cron timer", "job task work", "week weekly",
+    "day daily", "month monthly", "api endpoint route", "ui frontend interface", "backend server service",
+    "log logs logging", "monitor monitoring alert alerts", "version release tag", "upgrade update bump",
+]
+SYNONYMS: dict[str, tuple[str, ...]] = {}
+for _group in SYNONYM_GROUPS:
+    _stems = [stem(w) for w in _group.split()]
+    for _s in _stems:
+        SYNONYMS[_s] = tuple(dict.fromkeys(x for x in SYNONYMS.get(_s, ()) + tuple(_stems) if x != _s))
+
+EMBED_DIM = 1 << 18
+
+
+def _feature_bucket(feature: str) -> tuple[int, float]:
+    h = zlib.crc32(feature.encode("utf-8", "surrogatepass"))
+    return h % EMBED_DIM, (1.0 if (h >> 31) & 1 else -1.0)
+
+
+def embed(text: str) -> dict[int, float]:
+    """Deterministic hashing embedder: stemmed words, word bigrams and character 3-grams, L2-normalised.
+
+    No model, no network: partial words and near-phrasings land near each other."""
+    words = [stem(w) for w in tokenize(text) if w not in STOP_WORDS]
+    vec: dict[int, float] = {}
+
+    def add(feature: str, weight: float) -> None:
+        bucket, sign = _feature_bucket(feature)
+        vec[bucket] = vec.get(bucket, 0.0) + sign * weight
+
+    for w in words:
+        add("w:" + w, 1.0)
+        padded = f"#{w}#"
+        grams = [padded[i:i + 3] for i in range(len(padded) - 2)]
+        for g in grams:
+            add("c:" + g, 0.6 / math.sqrt(len(grams)))
+    for a, b in zip(words, words[1:]):
+        add(f"b:{a}_{b}", 0.7)
+    norm = math.sqrt(sum(v * v for v in vec.values())) or 1.0
+    return {k: v / norm for k, v in vec.items()}
+
+
+def cosine(a: dict[int, float], b: dict[int, float]) -> float:
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(v * b.get(k, 0.0) for k, v in a.items())
+
+
+def short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 6. Search and recall: index, term matching, ranking, did-you-mean
+# ════════════════════════════════════════════════════════════════════════════
+
+@dataclasses.dataclass
+class EntityDoc:
+    """What search needs of one entity, rebuilt only when that entity changes."""
+    name: str
+    etype: str
+    head: str                 # stems of name and type
+    rels: str                 # stems of connected relation types
+    facts: list[str]
+    fact_stems: list[str]
+    fact_lens: list[int]
+    all_stems: str            # head + rels + every fact: a cheap "could anything here match?" test
+    blob: str                 # lower-case name, type, facts, relation types: substring search
+
+    @classmethod
+    def build(cls, entity: Entity, rel_types: list[str]) -> "EntityDoc":
+        head = stems_line(f"{entity.name} {entity.entityType}")
+        rels = stems_line(" ".join(rel_types))
+        fact_stems = [stems_line(o) for o in entity.observations]
+        blob = "\n".join([entity.name, entity.entityType, *entity.observations, *rel_types]).lower()
+        return cls(entity.name, entity.entityType, head, rels, list(entity.observations), fact_stems,
+                   [max(1, s.count(" ") - 1) for s in fact_stems], head + rels + "".join(fact_stems), blob)
+
+
+@dataclasses.dataclass
+class Term:
+    word: str
+    variants: list[tuple[str, float]]   # (" stem", weight): exact stem, shorter prefix, synonyms
+    idf: float = 0.0
+
+    def weight_in(self, stems: str) -> float:
+        best = 0.0
+        for needle, weight in self.variants:
+            if weight > best and needle in stems:
+                best = weight
+                if best >= 1.0:
+                    break
+        return best
+
+
+def query_terms(query: str) -> list[Term]:
+    words = list(dict.fromkeys(tokenize(query)))
+    content = [w for w in words if w not in STOP_WORDS] or words
+    terms = []
+    for word in content:
+        s = stem(word)
+        variants = [(" " + s, 1.0)]
+        if len(s) >= 7:
+            variants.append((" " + s[:5], 0.6))
+        variants += [(" " + syn, 0.7) for syn in SYNONYMS.get(s, ())]
+        terms.append(Term(word, variants))
+    return terms
+
+
+@dataclasses.dataclass
+class ScoredFact:
+    entity: str
+    text: str
+    score: float
+    lexical: float
+    matched: list[str]
+
+
+class SearchIndex:
+    """Per-entity documents derived from the graph; rebuilt per entity when the graph changes."""
+
+    def __init__(self) -> None:
+        self.docs: list[EntityDoc] = []
+        self._cache: dict[str, tuple[tuple, EntityDoc]] = {}
+        self._generation = -1
+        self.fact_total = 0
+        self.avg_len = 1.0
+        self._vectors: dict[tuple[str, str], dict[int, float]] = {}
+
+    def refresh(self, graph: Graph, generation: int) -> None:
+        if generation == self._generation:
+            return
+        rel_types: dict[str, list[str]] = {}
+        for r in graph.relations:
+            rel_types.setdefault(r.frm, []).append(r.relationType)
+            if r.to != r.frm:
+                rel_types.setdefault(r.to, []).append(r.relationType)
+        docs, cache = [], {}
+        for entity in graph.entities:
+            rels = rel_types.get(entity.name, [])
+            signature = (entity.entityType, tuple(entity.observations), tuple(rels))
+            hit = self._cache.get(entity.name)
+            doc = hit[1] if hit and hit[0] == signature else EntityDoc.build(entity, rels)
+            cache[entity.name] = (signature, doc)
+            docs.append(doc)
+        self.docs, self._cache, self._generation = docs, cache, generation
+        self.fact_total = sum(len(d.facts) for d in docs)
+        self.avg_len = (sum(sum(d.fact_lens) for d in docs) / self.fact_total) if self.fact_total else 1.0
+        if len(self._vectors) > 4 * max(self.fact_total, 1000):
+            self._vectors.clear()
+
+    def vector(self, entity: str, text: str) -> dict[int, float]:
+        key = (entity, text)
+        vec = self._vectors.get(key)
+        if vec is None:
+            vec = self._vectors[key] = embed(f"{text} {entity}")
+        return vec
+
+    # ── fact ranking (recall, and the order of search_nodes) ──
+    def rank_facts(self, query: str, strength: Callable[[str, str], float],
+                   penalty: Callable[[str, str], float] | None = None) -> tuple[list[ScoredFact], list[Term]]:
+        terms = query_terms(query)
+        if not terms:
+            return [], terms
+        candidates: list[tuple[EntityDoc, int, list[float]]] = []
+        df = [0] * len(terms)
+        for doc in self.docs:
+            if not any(t.weight_in(doc.all_stems) for t in terms):
+                continue
+            head_w = [t.weight_in(doc.head) for t in terms]
+            rel_w = [t.weight_in(doc.rels) for t in terms]
+            for i, stems in enumerate(doc.fact_stems):
+                weights = []
+                hit = False
+                for j, t in enumerate(terms):
+                    w = t.weight_in(stems)
+                    if w:
+                        df[j] += 1
+                        hit = True
+                    weights.append(max(w, 0.5 * head_w[j], 0.3 * rel_w[j]))
+                if hit or any(head_w):
+                    candidates.append((doc, i, weights))
+        n = max(self.fact_total, 1)
+        for j, t in enumerate(terms):
+            t.idf = math.log(1.0 + (n - df[j] + 0.5) / (df[j] + 0.5))
+        k1, b = 1.2, 0.5
+        scored: list[ScoredFact] = []
+        for doc, i, weights in candidates:
+            norm = (k1 + 1) / (1 + k1 * (1 - b + b * doc.fact_lens[i] / self.avg_len))
+            lexical = sum(t.idf * w for t, w in zip(terms, weights)) * norm
+            if lexical <= 0:
+                continue
+            matched = [t.word for t, w in zip(terms, weights) if w >= 0.5]
+            scored.append(ScoredFact(doc.name, doc.facts[i], lexical, lexical, matched))
+        if not scored:
+            return [], terms
+        scored.sort(key=lambda f: -f.lexical)
+        best = scored[0].lexical
+        qvec = embed(query)
+        for rank, fact in enumerate(scored):
+            similarity = cosine(qvec, self.vector(fact.entity, fact.text)) if rank < 300 else 0.0
+            score = 0.75 * fact.lexical / best + 0.25 * max(similarity, 0.0)
+            score *= 0.8 + 0.2 * strength(fact.entity, fact.text)
+            if penalty:
+                score *= penalty(fact.entity, fact.text)
+            fact.score = score
+        scored.sort(key=lambda f: (-f.score, f.entity, f.text))
+        return scored, terms
+
+    # ── entity matching (search_nodes): every term must match somewhere ──
+    def match_entities(self, query: str) -> list[EntityDoc]:
+        words = [w for w in query.lower().split() if w]
+        return [d for d in self.docs if all(w in d.blob for w in words)]
+
+
+GATE_RATIO = 0.35  # a fact scoring under this share of the best match is padding, not an answer
+
+
+def did_you_mean(name: str, names: Iterable[str], limit: int = 5) -> list[str]:
+    import difflib
+    names = list(names)
+    low = name.lower()
+    contains = [n for n in names if low and (low in n.lower() or n.lower() in low)]
+    close = difflib.get_close_matches(name, names, n=limit, cutoff=0.6)
+    folded = {n.lower(): n for n in names}
+    close += [folded[m] for m in difflib.get_close_matches(low, list(folded), n=limit, cutoff=0.6)]
+    return list(dict.fromkeys(contains + close))[:limit]
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 7. Packer: the most relevant facts under a hard token budget, with an honest footer
+# ════════════════════════════════════════════════════════════════════════════
+
+@dataclasses.dataclass
+class Packed:
+    text: str
+    shown: list[ScoredFact]
+    matched: int
+    left_budget: int
+    left_gate: int
+
+
+def pack_facts(query: str, scored: list[ScoredFact], terms: list[Term], budget: int,
+               types: dict[str, str], notes: Callable[[ScoredFact], str]) -> Packed:
+    """Greedy by relevance under a hard budget; a relevance gate keeps padding out."""
+    best = scored[0].score if scored else 0.0
+    gated = [f for f in scored if f.score >= GATE_RATIO * best]
+    below_gate = len(scored) - len(gated)
+    all_words = {t.word for t in terms}
+
+    def line(fact: ScoredFact) -> str:
+        partial = set(fact.matched) != all_words and len(all_words) > 1
+        mark = f" «{','.join(fact.matched) or '~'}»" if partial else ""
+        return f"- {fact.text}{mark}{notes(fact)}\n"
+
+    def header(entity: str) -> str:
+        return f"## {entity} [{types.get(entity, '?')}]\n"
+
+    def render(shown: list[ScoredFact], left_budget: int) -> str:
+        groups: dict[str, list[ScoredFact]] = {}
+        for fact in shown:
+            groups.setdefault(fact.entity, []).append(fact)
+        body = "".join(header(e) + "".join(line(f) for f in fs) for e, fs in groups.items())
+        return body + footer(len(shown), left_budget, estimate_tokens(body))
+
+    def footer(n_shown: int, left_budget: int, used: int) -> str:
+        if not scored:
+            return f'recall "{short(query, 80)}": nothing matched (try other words, or search_nodes).'
+        parts = [f'recall "{short(query, 80)}": {len(scored)} matched, {n_shown} shown (~{used}/{budget} tokens)']
+        if left_budget:
+            parts.append(f"{left_budget} left out by budget (raise budget)")
+        if below_gate:
+            parts.append(f"{below_gate} below relevance gate")
+        text = "; ".join(parts) + "."
+        if len(all_words) > 1 and n_shown:
+            text += " «» = query words a fact matched."
+        return text
+
+    reserve = estimate_tokens(footer(len(gated), len(gated), budget)) + 2
+    shown: list[ScoredFact] = []
+    used = 0
+    seen_entities: set[str] = set()
+    for fact in gated:
+        cost = estimate_tokens(line(fact)) + (0 if fact.entity in seen_entities else estimate_tokens(header(fact.entity)))
+        if used + cost <= budget - reserve:
+            shown.append(fact)
+            used += cost
+            seen_entities.add(fact.entity)
+    left_budget = len(gated) - len(shown)
+    text = render(shown, left_budget)
+    while estimate_tokens(text) > budget and shown:  # the hard guarantee, whatever the estimates said
+        shown.pop()
+        left_budget += 1
+        text = render(shown, left_budget)
+    return Packed(text, shown, len(scored), left_budget, below_gate)
+
+
+# ── the reference server's exact answers: for the savings ledger and the benchmark ──
+
+def _pretty_json(obj: Any) -> str:
+    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def _reference_graph_json(entities: list[Entity], relations: list[Relation]) -> str:
+    return _pretty_json({
+        "entities": [{"name": e.name, "entityType": e.entityType, "observations": e.observations} for e in entities],
+        "relations": [{"from": r.frm, "to": r.to, "relationType": r.relationType} for r in relations]})
+
+
+def reference_answer_text(graph: Graph, tool: str, args: dict[str, Any]) -> str:
+    """What @modelcontextprotocol/server-memory 2026.8.31 answers for the same call on the same graph."""
+    if tool == "read_graph":
+        return _reference_graph_json(graph.entities, graph.relations)
+    if tool == "search_nodes":
+        q = str(args.get("query", "")).lower()
+        found = [e for e in graph.entities
+                 if q in e.name.lower() or q in e.entityType.lower() or any(q in o.lower() for o in e.observations)]
+    elif tool == "open_nodes":
+        wanted = set(args.get("names") or [])
+        found = [e for e in graph.entities if e.name in wanted]
+    else:
+        raise ValueError(f"no reference rendering for {tool}")
+    names = {e.name for e in found}
+    return _reference_graph_json(found, graph.relations_of(names))
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 8. Lifecycle: length limit, secrets, duplicates, supersede, cap and archive
+# ════════════════════════════════════════════════════════════════════════════
+
+SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("private key block", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("AWS access key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    ("API secret key", re.compile(r"\bsk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,}")),
+    ("Stripe key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}")),
+    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("JSON web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("connection string with a password", re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?![$*<{%])[^\s@/]{3,}@")),
+    ("password or key assignment", re.compile(
+        r"(?i)\b(?:pass(?:word|wd)?|pwd|secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token|"
+        r"client[_-]?secret|private[_-]?key)\b\s*[:=]\s*[\"']?(?![$<{%*])"
+        r"(?=[^\s\"']*[0-9!@#^&+/=_-]|[^\s\"']{12,})[^\s\"']{6,}")),
+]
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+
+
+def looks_like_secret(text: str) -> str | None:
+    for label, pattern in SECRET_PATTERNS:
+        if pattern.search(text):
+            return label
+    for token in _LONG_TOKEN.findall(text):
+        if re.fullmatch(r"[0-9a-fA-F]+", token):  # commit ids and digests are not secrets
+            continue
+        if not (re.search(r"[0-9]", token) and re.search(r"[A-Za-z]", token)):
+            continue
+        counts = {c: token.count(c) for c in set(token)}
+        entropy = -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
+        if entropy >= 4.2:
+            return "long random-looking string"
+    return None
+
+
+def check_new_fact(text: str, settings: Settings) -> str | None:
+    """Why a new fact is refused, or None. The same checks for agents and the UI."""
+    if not text.strip():
+        return "empty fact"
+    if len(text) > settings.obs_max_chars:
+        return (f"{len(text)} chars, over the {settings.obs_max_chars}-char limit: split it into short facts, "
+                "one idea each; keep long detail in the repo's docs")
+    secret = looks_like_secret(text)
+    if secret:
+        return (f"looks like a credential ({secret}): record where the secret lives "
+                "(e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), never its value")
+    return None
+
+
+def normalise_fact(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".!;,: ")
+
+
+NEGATIONS = {"not", "no", "never", "without", "cannot", "dont", "doesnt", "isnt", "wont", "nt"}
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
+
+
+def _body(text: str) -> str:
+    return DATE_PREFIX.sub("", text, count=1).lstrip(" :-—")
+
+
+def compare_facts(old: str, new: str) -> str | None:
+    """'duplicate', 'near', 'supersede', 'conflict' or None: conservative, when unsure keep both."""
+    if normalise_fact(old) == normalise_fact(new):
+        return "duplicate"
+    old_date, new_date = fact_date(old), fact_date(new)
+    if old_date and new_date and old_date != new_date:
+        return None  # two dated events are history, not a change of value
+    a, b = tokenize(_body(old)), tokenize(_body(new))
+    if not a or not b:
+        return None
+    numbers_differ = _NUMBER.findall(_body(old)) != _NUMBER.findall(_body(new))
+    negation_differs = bool(NEGATIONS & set(a)) != bool(NEGATIONS & set(b))
+    if not numbers_differ and not negation_differs and cosine(embed(old), embed(new)) >= 0.93:
+        return "near"
+    prefix = 0
+    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    diff_a, diff_b = a[prefix:len(a) - suffix], b[prefix:len(b) - suffix]
+    shared = (set(a[:prefix]) | set(a[len(a) - suffix:])) - STOP_WORDS
+    if negation_differs and set(a) - NEGATIONS - STOP_WORDS == set(b) - NEGATIONS - STOP_WORDS:
+        return "conflict"
+    if 1 <= len(diff_a) <= 3 and 1 <= len(diff_b) <= 3 and prefix + suffix >= 2:
+        if len(shared) >= 2:
+            return "supersede"
+        if shared:
+            return "conflict"
+    return None
+
+
+def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callable[[str], bool]) -> list[str]:
+    """The oldest dated facts past the cap; undated (identity) and pinned facts are never auto-archived."""
+    over = len(entity.observations) - cap
+    if over <= 0:
+        return []
+    dated = [(fact_date(o), i, o) for i, o in enumerate(entity.observations)
+             if fact_date(o) and o not in keep and not pinned(o)]
+    dated.sort()
+    return [o for _, _, o in dated[:over]]
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 8b. Code anchors: facts that name the code they are about
+# ════════════════════════════════════════════════════════════════════════════
+
+ANCHOR = re.compile(r"\[@([^\]\s]+)\]\s*$")
+
+
+class AnchorChecker:
+    """Resolves `[@path]` / `[@path::Symbol]` markers at the end of a fact against the project root."""
+
+    def __init__(self, memory: "Memory"):
+        self.memory = memory
+
+    def check_new(self, text: str) -> str | None:
+        """Why an anchored fact cannot be stored (the anchor does not resolve), or None."""
+        return None
+
+    def on_new_fact(self, entity: str, text: str) -> None:
+        """Record the fingerprint of a newly stored anchored fact."""
+
+    def note(self, entity: str, text: str) -> str:
+        """' [stale: body edited]' etc. for an anchored fact shown to an agent; '' otherwise."""
+        return ""
+
+    def is_stale(self, entity: str, text: str) -> bool:
+        return False
+
+    def status(self, entity: str, text: str) -> dict[str, str] | None:
+        """{"state": current|stale|moved|gone, "detail": ...} for an anchored fact; None otherwise."""
+        return None
+
+    def lint(self, graph: Graph) -> list[str]:
+        """Lines for --lint: stale and gone anchored facts with the reason."""
+        return []
+
+    def rank_penalty(self, entity: str, text: str) -> float:
+        return 1.0
+
+    def verify(self, entity: str, text: str) -> str:
+        raise ToolError("that fact has no code anchor to verify")
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 9. Guardrail: probes re-run against the graph a clean-up would leave
+# ════════════════════════════════════════════════════════════════════════════
+
+@dataclasses.dataclass
+class ProbeResult:
+    query: str
+    entity: str
+    fact: str
+    hit: bool
+
+
+def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: int,
+               strength: Callable[[str, str], float]) -> list[ProbeResult]:
+    """A probe hits when recall on `graph` still returns its fact (or, for an entity probe, the entity)."""
+    index = SearchIndex()
+    index.refresh(graph, 0)
+    types = {e.name: e.entityType for e in graph.entities}
+    results = []
+    for query, entity, fact, _source in probes:
+        scored, terms = index.rank_facts(query, strength)
+        packed = pack_facts(query, scored, terms, budget, types, lambda f: "")
+        shown = {(f.entity, f.text) for f in packed.shown}
+        hit = (entity, fact) in shown if fact else any(e == entity for e, _ in shown)
+        results.append(ProbeResult(query, entity, fact, hit))
+    return results
+
+
+def hit_rate(results: list[ProbeResult]) -> float:
+    return sum(r.hit for r in results) / len(results) if results else 1.0
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 10. Tools: one table; handlers return compact text for a model to read
+# ════════════════════════════════════════════════════════════════════════════
+
+class ToolError(Exception):
+    """A failure the agent can act on: becomes an isError tool result."""
+
+
+def _s(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def _arr(items: dict[str, Any], description: str | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "array", "items": items}
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+_ENTITY_ITEM = _obj({"name": _s("The name of the entity"), "entityType": _s("The type of the entity"),
+                     "observations": _arr({"type": "string"}, "An array of observation contents associated with the entity")},
+                    ["name", "entityType", "observations"])
+_RELATION_ITEM = _obj({"from": _s("The name of the entity where the relation starts"),
+                       "to": _s("The name of the entity where the relation ends"),
+                       "relationType": _s("The type of the relation")}, ["from", "to", "relationType"])
+
+
+def _annotations(read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
+    return {"readOnlyHint": read_only, "destructiveHint": destructive, "idempotentHint": idempotent, "openWorldHint": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, bool]
+    handler: str  # Memory method name
+
+
+TOOLS: list[Tool] = [
+    Tool("create_entities", "Create Entities",
+         "Create entities with short facts (one idea each, <=300 chars; prefix changing facts with an ISO date). "
+         "Existing names are skipped.",
+         _obj({"entities": _arr(_ENTITY_ITEM)}, ["entities"]), _annotations(False, False, False), "create_entities"),
+    Tool("create_relations", "Create Relations",
+         "Create relations between existing entities, in active voice (depends_on, part_of, blocks).",
+         _obj({"relations": _arr(_RELATION_ITEM)}, ["relations"]), _annotations(False, False, False), "create_relations"),
+    Tool("add_observations", "Add Observations",
+         "Add facts to existing entities. Duplicates are skipped; a fact giving a new value replaces the old one "
+         "(archived); over the cap the oldest dated facts are archived.",
+         _obj({"observations": _arr(_obj({
+             "entityName": _s("The name of the entity to add the observations to"),
+             "contents": _arr({"type": "string"}, "An array of observation contents to add")},
+             ["entityName", "contents"]))}, ["observations"]), _annotations(False, False, False), "add_observations"),
+    Tool("delete_entities", "Delete Entities", "Delete entities and their relations (archived facts are kept).",
+         _obj({"entityNames": _arr({"type": "string"}, "An array of entity names to delete")}, ["entityNames"]),
+         _annotations(False, True, True), "delete_entities"),
+    Tool("delete_observations", "Delete Observations", "Delete facts from entities (exact text).",
+         _obj({"deletions": _arr(_obj({
+             "entityName": _s("The name of the entity containing the observations"),
+             "observations": _arr({"type": "string"}, "An array of observations to delete")},
+             ["entityName", "observations"]))}, ["deletions"]), _annotations(False, True, True), "delete_observations"),
+    Tool("delete_relations", "Delete Relations", "Delete relations (exact from, to and relationType).",
+         _obj({"relations": _arr(_RELATION_ITEM, "An array of relations to delete")}, ["relations"]),
+         _annotations(False, True, True), "delete_relations"),
+    Tool("read_graph", "Read Graph", "Index of the whole graph: entity names by type with fact counts (no facts).",
+         _obj({}, []), _annotations(True, False, True), "read_graph"),
+    Tool("search_nodes", "Search Nodes",
+         "Find entities: every word must match a name, type, fact or relation type. Returns ranked names with "
+         "matching lines; open_nodes for full entities.",
+         _obj({"query": _s("The search query to match against entity names, types, and observation content"),
+               "limit": {"type": "integer", "description": "How many entities to list (default 10)"}}, ["query"]),
+         _annotations(True, False, True), "search_nodes"),
+    Tool("open_nodes", "Open Nodes", "Open entities by exact name: all facts and relations.",
+         _obj({"names": _arr({"type": "string"}, "An array of entity names to retrieve")}, ["names"]),
+         _annotations(True, False, True), "open_nodes"),
+    Tool("recall", "Recall",
+         "The facts most relevant to a task from the whole graph, within a token budget. Start tasks with this.",
+         _obj({"query": _s("What you are about to work on, in a few words"),
+               "budget": {"type": "integer", "description": "Max tokens of the answer (default 1500)"}}, ["query"]),
+         _annotations(True, False, False), "recall"),
+    Tool("mark_fact", "Mark Fact",
+         "Pin or unpin a fact (pinned never fades or gets replaced), rate it helpful or not_helpful, or mark a "
+         "stale code-anchored fact verified (still true).",
+         _obj({"entityName": _s("The entity holding the fact"), "observation": _s("The fact's exact text"),
+               "action": {"type": "string", "enum": ["pin", "unpin", "helpful", "not_helpful", "verified"],
+                          "description": "What to do"}}, ["entityName", "observation", "action"]),
+         _annotations(False, False, True), "mark_fact"),
+    Tool("rename_entity", "Rename Entity", "Rename an entity; keeps its facts, relations and archive.",
+         _obj({"name": _s("Current name"), "newName": _s("New name")}, ["name", "newName"]),
+         _annotations(False, False, False), "rename_entity"),
+    Tool("archived_observations", "Archived Observations",
+         "List an entity's archived facts (filter with query) or restore chosen ones.",
+         _obj({"entityName": _s("The entity"), "query": _s("Words every listed fact must contain"),
+               "restore": _arr({"type": "string"}, "Exact archived facts to put back")}, ["entityName"]),
+         _annotations(False, False, False), "archived_observations"),
+]
+TOOLS_BY_NAME = {t.name: t for t in TOOLS}
+READ_TOOLS = {"read_graph", "search_nodes", "open_nodes", "recall"}
+
+
+def validate_args(schema: dict[str, Any], value: Any, path: str = "") -> str | None:
+    """A precise message for the first argument that does not fit the tool's input schema."""
+    kind = schema.get("type")
+    where = f" at {path}" if path else ""
+    expected = {"object": dict, "array": list, "string": str, "boolean": bool}.get(kind)
+    if kind == "integer":
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            return f"expected integer, received {_json_type(value)}{where}"
+    elif expected and not isinstance(value, expected):
+        return f"expected {kind}, received {_json_type(value)}{where}"
+    if kind == "string" and "enum" in schema and value not in schema["enum"]:
+        return f"expected one of {', '.join(schema['enum'])}, received {value!r}{where}"
+    if kind == "object":
+        for name in schema.get("required", []):
+            if name not in value:
+                return f"missing required field {path + '.' if path else ''}{name}"
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                problem = validate_args(sub, value[name], f"{path}.{name}" if path else name)
+                if problem:
+                    return problem
+    if kind == "array":
+        for i, item in enumerate(value):
+            problem = validate_args(schema["items"], item, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "value")
+
+
+def _q(text: str, limit: int = 80) -> str:
+    return json.dumps(short(text, limit), ensure_ascii=False)
+
+
+class Memory:
+    """The graph with its lifecycle: every change from an agent or the UI goes through here."""
+
+    RECENT_SECONDS = 600.0
+
+    def __init__(self, settings: Settings, client: str | None = None):
+        self.settings = settings
+        self.store = GraphStore(settings)
+        self.meta = MetaStore(settings.file_path.with_suffix(".db") if settings.file_path.suffix != ".db"
+                              else settings.file_path.with_name(settings.file_path.name + ".meta.db"))
+        self.index = SearchIndex()
+        self.client = client
+        self.lock = threading.RLock()
+        self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
+        self._reference_cache: tuple[int, int] | None = None
+        self.anchors = AnchorChecker(self)
+
+    # ── reading ──
+    def graph(self) -> Graph:
+        graph = self.store.read()
+        self.meta.reconcile(graph, self.store.generation, self.client)
+        self.index.refresh(graph, self.store.generation)
+        return graph
+
+    def strength(self, entity: str, text: str) -> float:
+        return self.meta.state(entity, text).retention(time.time())
+
+    def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
+        """Run a tool: (text, is_error). Never raises for bad input."""
+        tool = TOOLS_BY_NAME.get(name)
+        if tool is None:
+            raise KeyError(name)
+        if arguments is None:
+            arguments = {}
+        problem = validate_args(tool.input_schema, arguments)
+        if problem:
+            return f"Invalid arguments for {name}: {problem}.", True
+        with self.lock:
+            try:
+                text = getattr(self, tool.handler)(**{k: v for k, v in arguments.items()
+                                                      if k in tool.input_schema["properties"]})
+                return text, False
+            except ToolError as err:
+                return str(err), True
+            except StoreError as err:
+                return f"Not saved: {err}.", True
+            except OSError as err:
+                return f"Not saved: cannot write {self.settings.file_path} ({err.strerror or err}).", True
+
+    def _mutate(self, summary: str, change: Callable[[Transaction], str]) -> str:
+        """One code path for a change: lock, fresh read, change, archive, atomic write, history."""
+        with self.store.transaction() as tx:
+            self.graph()  # fact state for the fresh graph (pins, anchors) as of now
+            result = change(tx)
+            changes = tx.changes() if tx.changed else None
+        if changes and (changes["entities"] or changes["relationsAdded"] or changes["relationsRemoved"]):
+            self.meta.record_history(self.client, summary, changes)
+        self.graph()
+        if changes:
+            self._after_write(changes)
+        return result
+
+    def _after_write(self, changes: dict[str, Any]) -> None:
+        for item in changes["entities"]:
+            after = item["after"]
+            if after:
+                for text in after["observations"]:
+                    self.anchors.on_new_fact(after["name"], text)
+
+    def _need(self, graph: Graph, name: str) -> Entity:
+        entity = graph.get(name)
+        if entity is None:
+            hint = did_you_mean(name, graph.by_name())
+            raise ToolError(f"unknown entity {_q(name)}" + (f"; did you mean {', '.join(map(_q, hint))}?" if hint else
+                                                            "; create it with create_entities"))
+        return entity
+
+    def _pinned(self, entity: str) -> Callable[[str], bool]:
+        return lambda text: self.meta.state(entity, text).pinned
+
+    # ── adding facts: the write-time curation every path shares ──
+    def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
+        added, notes, refused = [], [], []
+        for text in contents:
+            reason = check_new_fact(text, self.settings) or self.anchors.check_new(text)
+            if reason:
+                refused.append(f"refused {_q(text, 60)}: {reason}")
+                tx.refused += 1
+                continue
+            verdict, other = None, None
+            for existing in entity.observations:
+                verdict = compare_facts(existing, text)
+                if verdict:
+                    other = existing
+                    break
+            if verdict == "duplicate":
+                notes.append(f"skipped duplicate of {_q(other)}")
+                continue
+            if verdict == "near":
+                notes.append(f"skipped {_q(text, 60)}: nearly the same as {_q(other)}")
+                continue
+            tx.touch(entity.name)
+            if verdict == "supersede" and not self.meta.state(entity.name, other).pinned:
+                entity.observations.remove(other)
+                tx.archive(entity.name, [other], f"superseded by {_q(text, 120)}")
+                notes.append(f"replaced {_q(other)} (archived)")
+            elif verdict in ("supersede", "conflict"):
+                pinned = " (pinned)" if self.meta.state(entity.name, other).pinned else ""
+                notes.append(f"possible conflict with {_q(other)}{pinned}: both kept; delete the wrong one")
+            entity.observations.append(text)
+            added.append(text)
+            tx.added += 1
+        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name))
+        if moved:
+            tx.touch(entity.name)
+            for text in moved:
+                entity.observations.remove(text)
+            tx.archive(entity.name, moved, why)
+            notes.append(f"{len(moved)} oldest dated archived (cap {self.settings.obs_max})")
+        if len(entity.observations) > self.settings.obs_max:
+            notes.append(f"over cap {self.settings.obs_max}: undated and pinned facts are never archived; delete stale ones")
+        parts = [f"{entity.name}: +{len(added)}, now {len(entity.observations)}"] + notes + refused
+        return "; ".join(parts)
+
+    # ── the nine reference tools ──
+    def create_entities(self, entities: list[dict[str, Any]]) -> str:
+        def change(tx: Transaction) -> str:
+            lines, created, existed = [], [], []
+            for item in entities:
+                name, etype = item["name"], item["entityType"]
+                if not name.strip() or not etype.strip():
+                    lines.append(f"refused {_q(name)}: every entity needs a non-empty name and entityType")
+                    continue
+                if tx.graph.get(name):
+                    existed.append(name)
+                    continue
+                tx.touch(name)
+                entity = Entity(name, etype, [])
+                tx.graph.entities.append(entity)
+                tx.graph.invalidate()
+                created.append(name)
+                detail = self._add_facts(tx, entity, item["observations"])
+                if ";" in detail:  # something was skipped, replaced, archived or refused: say so
+                    lines.append(detail)
+            out = []
+            if created:
+                out.append(f"Created {len(created)}: {', '.join(created)}")
+            if existed:
+                out.append(f"Already existed (use add_observations): {', '.join(existed)}")
+            return "\n".join(out + lines) or "Nothing to create."
+        return self._mutate("create entities " + ", ".join(e["name"] for e in entities[:5]), change)
+
+    def create_relations(self, relations: list[dict[str, Any]]) -> str:
+        def change(tx: Transaction) -> str:
+            existing = {r.key for r in tx.graph.relations}
+            created, skipped, refused = 0, [], []
+            for item in relations:
+                rel = Relation(item["from"], item["to"], item["relationType"])
+                missing = [n for n in (rel.frm, rel.to) if tx.graph.get(n) is None]
+                if missing or not rel.relationType.strip():
+                    why = (f"unknown entity {', '.join(map(_q, missing))}" + self._hint(tx.graph, missing[0])
+                           if missing else "empty relationType")
+                    refused.append(f"refused {rel.line()}: {why}")
+                    continue
+                if rel.key in existing:
+                    skipped.append(rel.line())
+                    continue
+                tx.touch_relations()
+                tx.graph.relations.append(rel)
+                existing.add(rel.key)
+                created += 1
+            out = [f"Created {created} relation(s)."]
+            if skipped:
+                out.append("Already existed: " + "; ".join(skipped))
+            return "\n".join(out + refused)
+        return self._mutate(f"create {len(relations)} relation(s)", change)
+
+    def _hint(self, graph: Graph, name: str) -> str:
+        hint = did_you_mean(name, graph.by_name())
+        return f" (did you mean {', '.join(map(_q, hint))}?)" if hint else ""
+
+    def add_observations(self, observations: list[dict[str, Any]]) -> str:
+        def change(tx: Transaction) -> str:
+            for item in observations:  # all or nothing, as the reference: an unknown entity saves nothing
+                self._need(tx.graph, item["entityName"])
+            text = "\n".join(self._add_facts(tx, tx.graph.get(item["entityName"]), item["contents"])
+                              for item in observations) or "Nothing to add."
+            if tx.refused and not tx.added:
+                raise ToolError("Nothing added. " + text)
+            return text
+        return self._mutate("add facts to " + ", ".join(o["entityName"] for o in observations[:5]), change)
+
+    def delete_entities(self, entityNames: list[str]) -> str:
+        def change(tx: Transaction) -> str:
+            names = set(entityNames)
+            found = sorted({e.name for e in tx.graph.entities if e.name in names})
+            for name in found:
+                tx.touch(name)
+            tx.graph.entities = [e for e in tx.graph.entities if e.name not in names]
+            tx.graph.invalidate()
+            before = len(tx.graph.relations)
+            kept = [r for r in tx.graph.relations if r.frm not in names and r.to not in names]
+            if len(kept) != before:
+                tx.touch_relations()
+                tx.graph.relations = kept
+            out = f"Deleted {len(found)} entities, {before - len(kept)} relations."
+            missing = [n for n in entityNames if n not in found]
+            if missing:
+                out += " Not found: " + ", ".join(map(_q, missing)) + "."
+            if any(self.store.archive_path(n).exists() for n in found):
+                out += " Their archived facts are kept (archived_observations)."
+            return out
+        return self._mutate("delete " + ", ".join(entityNames[:5]), change)
+
+    def delete_observations(self, deletions: list[dict[str, Any]]) -> str:
+        def change(tx: Transaction) -> str:
+            lines = []
+            for item in deletions:
+                entity = tx.graph.get(item["entityName"])
+                if entity is None:
+                    lines.append(f"{_q(item['entityName'])}: not found{self._hint(tx.graph, item['entityName'])}")
+                    continue
+                wanted = set(item["observations"])
+                present = set(entity.observations)
+                kept = [o for o in entity.observations if o not in wanted]
+                removed = len(entity.observations) - len(kept)
+                if removed:
+                    tx.touch(entity.name)
+                    entity.observations = kept
+                unmatched = [o for o in dict.fromkeys(item["observations"]) if o not in present]
+                line = f"{entity.name}: -{removed}"
+                if unmatched:
+                    line += f" ({len(unmatched)} not matched exactly: {', '.join(_q(u, 50) for u in unmatched[:3])})"
+                lines.append(line)
+            return "\n".join(lines) or "Nothing to delete."
+        return self._mutate("delete facts from " + ", ".join(d["entityName"] for d in deletions[:5]), change)
+
+    def delete_relations(self, relations: list[dict[str, Any]]) -> str:
+        def change(tx: Transaction) -> str:
+            wanted = {(r["from"], r["to"], r["relationType"]) for r in relations}
+            kept = [r for r in tx.graph.relations if r.key not in wanted]
+            removed = len(tx.graph.relations) - len(kept)
+            if removed:
+                tx.touch_relations()
+                tx.graph.relations = kept
+            return f"Deleted {removed} of {len(relations)} relation(s)."
+        return self._mutate(f"delete {len(relations)} relation(s)", change)
+
+    def read_graph(self) -> str:
+        graph = self.graph()
+        by_type: dict[str, list[Entity]] = {}
+        for entity in graph.entities:
+            by_type.setdefault(entity.entityType, []).append(entity)
+        lines = [f"{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
+                 "Names by type (fact count); open_nodes or recall for facts."]
+        for etype in sorted(by_type, key=str.lower):
+            names = sorted(by_type[etype], key=lambda e: e.name.lower())
+            lines.append(f"{etype}: " + "; ".join(f"{e.name} ({len(e.observations)})" for e in names))
+        lines += self._warnings(graph)
+        return self._ledger("read_graph", {}, "\n".join(lines), graph)
+
+    def _warnings(self, graph: Graph) -> list[str]:
+        out = []
+        if graph.unreadable:
+            out.append(f"Warning: {len(graph.unreadable)} unreadable line(s) in {self.store.path.name} are ignored; "
+                       f"the next write moves them to {self.store.unreadable_path.name}.")
+        return out
+
+    def search_nodes(self, query: str, limit: int | None = None) -> str:
+        graph = self.graph()
+        limit = max(1, min(int(limit or self.settings.search_limit), 200))
+        if not query.strip():
+            return self._ledger("search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
+        docs = self.index.match_entities(query)
+        scored, terms = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        fact_scores: dict[str, list[ScoredFact]] = {}
+        for fact in scored:
+            fact_scores.setdefault(fact.entity, []).append(fact)
+        words = [w for w in query.lower().split() if w]
+
+        def rank(doc: EntityDoc) -> tuple:
+            name = doc.name.lower()
+            tier = 2 if name == query.lower().strip() else 1 if all(w in name for w in words) else 0
+            facts = fact_scores.get(doc.name, [])
+            return (-tier, -sum(f.score for f in facts[:3]), doc.name.lower())
+
+        docs.sort(key=rank)
+        rel_count: dict[str, int] = {}
+        for r in graph.relations:
+            rel_count[r.frm] = rel_count.get(r.frm, 0) + 1
+            if r.to != r.frm:
+                rel_count[r.to] = rel_count.get(r.to, 0) + 1
+        if not docs:
+            text = f"No entities match {_q(query)} (every word must match a name, type, fact or relation type)."
+            if len(words) > 1:
+                text += " Try fewer words, or recall for ranked facts."
+            return self._ledger("search_nodes", {"query": query}, text, graph)
+        head = f"{len(docs)} match {_q(query)}"
+        head += (f", top {limit} shown (narrow the query or pass limit)" if len(docs) > limit else "") + \
+            ". open_nodes for full entities."
+        lines = [head]
+        shown_facts: dict[str, list[str]] = {}
+        for doc in docs[:limit]:
+            lines.append(f"- {doc.name} [{doc.etype}] {len(doc.facts)} facts, {rel_count.get(doc.name, 0)} rels")
+            snippets = [f.text for f in fact_scores.get(doc.name, []) if any(w in f.text.lower() for w in words)][:2]
+            if len(snippets) < 2:
+                snippets += [o for o in doc.facts if any(w in o.lower() for w in words) and o not in snippets][:2 - len(snippets)]
+            shown_facts[doc.name] = snippets
+            for text in snippets:
+                lines.append(f"    › {self._snippet(text, words)}{self.anchors.note(doc.name, text)}")
+            if len(snippets) < 2:
+                rels = [r.line() for r in graph.relations_of({doc.name}) if any(w in r.relationType.lower() for w in words)]
+                lines += [f"    › {line}" for line in rels[:2 - len(snippets)]]
+        self._remember_result(query, shown_facts)
+        return self._ledger("search_nodes", {"query": query}, "\n".join(lines + self._warnings(graph)), graph)
+
+    @staticmethod
+    def _snippet(text: str, words: list[str]) -> str:
+        low = text.lower()
+        positions = [low.find(w) for w in words if low.find(w) >= 0]
+        start = max(0, min(positions) - 50) if positions else 0
+        piece = text[start:start + 160]
+        return ("…" if start else "") + " ".join(piece.split()) + ("…" if start + 160 < len(text) else "")
+
+    OPEN_LIMIT_CHARS = 40_000
+
+    def open_nodes(self, names: list[str]) -> str:
+        graph = self.graph()
+        wanted = list(dict.fromkeys(names))
+        found = [graph.get(n) for n in wanted if graph.get(n)]
+        missing = [n for n in wanted if not graph.get(n)]
+        blocks, omitted, size = [], [], 0
+        shown_keys = []
+        now = time.time()
+        for entity in found:
+            archived = self.store.archived_count(entity.name)
+            head = f"## {entity.name} [{entity.entityType}]" + (f" ({archived} archived)" if archived else "")
+            lines = [head] + [f"- {o}{self._fact_flags(entity.name, o, now)}" for o in entity.observations]
+            block = "\n".join(lines)
+            if size + len(block) > self.OPEN_LIMIT_CHARS and blocks:
+                omitted.append(entity.name)
+                continue
+            size += len(block)
+            blocks.append(block)
+            shown_keys += [(entity.name, o) for o in entity.observations]
+        shown_names = {e.name for e in found if e.name not in omitted}
+        rels = graph.relations_of(shown_names)
+        text = "\n\n".join(blocks)
+        if rels:
+            text += "\n\n## relations\n" + "\n".join(r.line() for r in rels)
+        if omitted:
+            text += f"\n\n… over {self.OPEN_LIMIT_CHARS} chars; not shown, open separately: {', '.join(omitted)}"
+        for name in missing:
+            text += f"\n\nNot found: {_q(name)}{self._hint(graph, name)}"
+        if not found:
+            text = text.strip() or "Nothing found."
+        self.meta.reinforce(shown_keys)
+        self._learn_probes(shown_names)
+        return self._ledger("open_nodes", {"names": names}, text.strip() + "\n".join([""] + self._warnings(graph)).rstrip(), graph)
+
+    def _fact_flags(self, entity: str, text: str, now: float) -> str:
+        state = self.meta.state(entity, text)
+        flags = []
+        if state.pinned:
+            flags.append("pinned")
+        else:
+            r = state.retention(now)
+            if r < FADING_RETENTION:
+                flags.append(f"fading {r:.2f}")
+        note = self.anchors.note(entity, text)
+        return (f" [{', '.join(flags)}]" if flags else "") + note
+
+    # ── graphmem's own tools ──
+    def recall(self, query: str, budget: int | None = None) -> str:
+        graph = self.graph()
+        budget = self.settings.recall_budget if budget is None else int(budget)
+        if budget < 50:
+            raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
+        if not query.strip():
+            raise ToolError("empty query: say in a few words what you are about to work on")
+        scored, terms = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        types = {e.name: e.entityType for e in graph.entities}
+        now = time.time()
+        packed = pack_facts(query, scored, terms, budget, types,
+                            lambda f: self._fact_flags(f.entity, f.text, now))
+        fading = sum(1 for f in packed.shown if self.strength(f.entity, f.text) < FADING_RETENTION)
+        stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
+        text = packed.text
+        extra = []
+        if fading:
+            extra.append(f"{fading} shown fading")
+        if stale:
+            extra.append(f"{stale} shown anchored to code that changed")
+        if extra and estimate_tokens(text + " " + "; ".join(extra) + ".") <= budget:
+            text += " " + "; ".join(extra) + "."
+        self.meta.reinforce((f.entity, f.text) for f in packed.shown)
+        shown: dict[str, list[str]] = {}
+        for f in packed.shown:
+            shown.setdefault(f.entity, []).append(f.text)
+        self._remember_result(query, shown)
+        reference = _reference_graph_json([graph.get(n) for n in shown], graph.relations_of(set(shown))) if shown else ""
+        self._record("recall", text, reference)
+        return text
+
+    def mark_fact(self, entityName: str, observation: str, action: str) -> str:
+        graph = self.graph()
+        entity = self._need(graph, entityName)
+        text = self._find_fact(entity, observation)
+        state = self.meta.state(entity.name, text)
+        if action in ("pin", "unpin"):
+            state.pinned = action == "pin"
+            message = f"{'Pinned' if state.pinned else 'Unpinned'} {_q(text)} on {entity.name}."
+        elif action == "helpful":
+            state.importance = min(1.0, state.importance + 0.25)
+            state.stability = min(MAX_STABILITY_H, state.stability * 2.0)
+            state.last_used = time.time()
+            self._learn_probes({entity.name}, fact=text)
+            message = f"Noted: {_q(text)} helped (it will fade slower and rank higher)."
+        elif action == "not_helpful":
+            state.importance = max(0.0, state.importance - 0.25)
+            state.stability = max(1.0, state.stability * 0.5)
+            message = f"Noted: {_q(text)} did not help (it will fade faster; delete it if it is wrong)."
+        else:
+            message = self.anchors.verify(entity.name, text)
+        self.meta.save_states([(entity.name, text)])
+        self.meta.record_history(self.client, f"{action} a fact on {entity.name}", {"entities": [], "relationsAdded": [],
+                                 "relationsRemoved": [], "marked": [entity.name, text, action]})
+        return message
+
+    def _find_fact(self, entity: Entity, observation: str) -> str:
+        if observation in entity.observations:
+            return observation
+        hits = [o for o in entity.observations if normalise_fact(observation) in normalise_fact(o)]
+        if len(hits) == 1:
+            return hits[0]
+        listing = "; ".join(_q(o, 60) for o in (hits or entity.observations)[:5])
+        raise ToolError(f"{entity.name} has {'several' if hits else 'no'} fact(s) matching {_q(observation)}: "
+                        f"{listing or 'none'}. Give the exact text.")
+
+    def rename_entity(self, name: str, newName: str) -> str:
+        def change(tx: Transaction) -> str:
+            entity = self._need(tx.graph, name)
+            if not newName.strip():
+                raise ToolError("newName is empty")
+            if tx.graph.get(newName):
+                raise ToolError(f"{_q(newName)} already exists; merge by hand (add_observations, then delete_entities)")
+            tx.touch(name)
+            tx.touch(newName)
+            entity.name = newName
+            tx.graph.invalidate()
+            moved = 0
+            for r in tx.graph.relations:
+                if r.frm == name or r.to == name:
+                    tx.touch_relations()
+                    moved += (r.frm == name) + (r.to == name)
+                    r.frm = newName if r.frm == name else r.frm
+                    r.to = newName if r.to == name else r.to
+            tx.archive_renames.append((name, newName))
+            self.meta.move_facts([((name, o), (newName, o)) for o in entity.observations])
+            return f"Renamed {_q(name)} -> {_q(newName)}; {moved} relation end(s) updated; facts and archive kept."
+        return self._mutate(f"rename {name} to {newName}", change)
+
+    def archived_observations(self, entityName: str, query: str | None = None, restore: list[str] | None = None) -> str:
+        if restore:
+            def change(tx: Transaction) -> str:
+                archived = [f.text for f in self.store.read_archive(entityName)]
+                entity = tx.graph.get(entityName)
+                if not archived:
+                    raise ToolError(f"{_q(entityName)} has no archived facts")
+                missing = [t for t in restore if t not in archived]
+                if missing:
+                    raise ToolError(f"not in the archive of {_q(entityName)}: {', '.join(_q(m, 60) for m in missing)}; "
+                                    "list them first and give the exact text")
+                if entity is None:
+                    tx.touch(entityName)
+                    entity = Entity(entityName, "restored", [])
+                    tx.graph.entities.append(entity)
+                    tx.graph.invalidate()
+                tx.touch(entityName)
+                back = [t for t in dict.fromkeys(restore) if t not in entity.observations]
+                entity.observations += back
+                tx.unarchive(entityName, list(dict.fromkeys(restore)))
+                moved = overflow_to_archive(entity, self.settings.obs_max, set(back), self._pinned(entityName))
+                for text in moved:
+                    entity.observations.remove(text)
+                tx.archive(entityName, moved, "over cap")
+                note = f"; {len(moved)} older dated fact(s) archived to stay under the cap" if moved else ""
+                return f"Restored {len(back)} fact(s) to {entityName}, now {len(entity.observations)}{note}."
+            return self._mutate(f"restore facts of {entityName}", change)
+        facts = self.store.read_archive(entityName)
+        if not facts:
+            graph = self.graph()
+            hint = "" if graph.get(entityName) else self._hint(graph, entityName)
+            return f"No archived facts for {_q(entityName)}{hint}."
+        words = [w for w in (query or "").lower().split() if w]
+        hits = [f for f in facts if all(w in f.text.lower() for w in words)]
+        lines, size = [], 0
+        for fact in reversed(hits):  # newest first; the oldest are left out when over the cap
+            line = f"- {fact.text}  ({fact.why}, {fact.when})"
+            if size + len(line) > 6000:
+                break
+            size += len(line)
+            lines.append(line)
+        head = f"{len(hits)} of {len(facts)} archived facts of {entityName}" + (f" match {_q(query)}" if words else "")
+        if len(lines) < len(hits):
+            head += f", newest {len(lines)} shown (narrow with query)"
+        return head + ". Restore with restore: [exact text].\n" + "\n".join(lines)
+
+    # ── edits the UI offers beyond the agent tools (same checks, same history) ──
+    def set_entity_type(self, name: str, entityType: str) -> str:
+        def change(tx: Transaction) -> str:
+            entity = self._need(tx.graph, name)
+            if not entityType.strip():
+                raise ToolError("entityType is empty")
+            tx.touch(name)
+            old, entity.entityType = entity.entityType, entityType
+            return f"{name}: type {_q(old)} -> {_q(entityType)}."
+        return self._call(lambda: self._mutate(f"set type of {name}", change))
+
+    def edit_fact(self, name: str, old: str, new: str) -> str:
+        def change(tx: Transaction) -> str:
+            entity = self._need(tx.graph, name)
+            if old not in entity.observations:
+                raise ToolError(f"{name} has no fact {_q(old)} (it may have changed meanwhile); reload")
+            if old == new:
+                return "No change."
+            position = entity.observations.index(old)
+            tx.touch(name)
+            entity.observations.remove(old)
+            result = self._add_facts(tx, entity, [new])
+            if new not in entity.observations:
+                raise ToolError(f"edit refused, fact unchanged: {result.split('; ', 1)[-1]}")
+            entity.observations.remove(new)
+            entity.observations.insert(min(position, len(entity.observations)), new)
+            self.meta.move_facts([((name, old), (name, new))])
+            return f"{name}: fact edited." + ("" if result.count(";") == 0 else " " + result.split("; ", 1)[1])
+        return self._call(lambda: self._mutate(f"edit a fact of {name}", change))
+
+    def archive_fact(self, name: str, text: str) -> str:
+        def change(tx: Transaction) -> str:
+            entity = self._need(tx.graph, name)
+            if text not in entity.observations:
+                raise ToolError(f"{name} has no fact {_q(text)}")
+            tx.touch(name)
+            entity.observations.remove(text)
+            tx.archive(name, [text], "archived by hand")
+            return f"{name}: archived {_q(text)} (restore from the archive any time)."
+        return self._call(lambda: self._mutate(f"archive a fact of {name}", change))
+
+    def undo(self) -> str:
+        """Reverse the most recent change that has not been undone, if nothing touched it since."""
+        with self.lock:
+            row = self.meta.conn.execute(
+                "SELECT id, summary, changes FROM history WHERE undone=0 AND summary NOT LIKE 'undo:%' "
+                "ORDER BY id DESC LIMIT 1").fetchone()
+            if row is None:
+                raise ToolError("nothing to undo")
+            hid, summary, changes = row[0], row[1], json.loads(row[2])
+            if "marked" in changes:
+                entity, text, action = changes["marked"]
+                inverse = {"pin": "unpin", "unpin": "pin"}.get(action)
+                if inverse is None:
+                    raise ToolError(f"the last change ({summary}) cannot be undone")
+                self.mark_fact(entity, text, inverse)
+            else:
+                self._mutate(f"undo: {summary}", lambda tx: self._apply_undo(tx, changes, summary))
+            self.meta.conn.execute("UPDATE history SET undone=1 WHERE id=?", (hid,))
+            return f"Undone: {summary}."
+
+    def _apply_undo(self, tx: Transaction, changes: dict[str, Any], summary: str) -> str:
+        for item in changes["entities"]:
+            current = tx.graph.get(item["name"])
+            if (current.to_json() if current else None) != item["after"]:
+                raise ToolError(f"cannot undo \"{summary}\": {item['name']} changed since; edit it by hand")
+        renamed = []
+        for item in changes["entities"]:
+            name, before = item["name"], item["before"]
+            tx.touch(name)
+            tx.graph.entities = [e for e in tx.graph.entities if e.name != name]
+            if before:
+                tx.graph.entities.append(Entity(before["name"], before["entityType"], list(before["observations"]),
+                                                {k: v for k, v in before.items() if k not in ENTITY_KEYS}))
+            tx.graph.invalidate()
+        if changes["relationsAdded"] or changes["relationsRemoved"]:
+            tx.touch_relations()
+            added = {tuple(k) for k in changes["relationsAdded"]}
+            tx.graph.relations = [r for r in tx.graph.relations if r.key not in added]
+            present = {r.key for r in tx.graph.relations}
+            tx.graph.relations += [Relation(*k) for k in changes["relationsRemoved"] if tuple(k) not in present]
+        for name, facts, _why in changes.get("archived", []):
+            tx.unarchive(name, facts)
+        for name, facts in changes.get("unarchived", []):
+            tx.archive(name, facts, "re-archived by undo")
+        for old, new in changes.get("renamed", []):
+            tx.archive_renames.append((new, old))
+            renamed.append((new, old))
+        return "undone"
+
+    def _call(self, run: Callable[[], str]) -> str:
+        with self.lock:
+            return run()
+
+    def version(self) -> str:
+        """Changes whenever the graph or its metadata changes, from any process: the UI polls it."""
+        with self.lock:
+            dv = self.meta.conn.execute("PRAGMA data_version").fetchone()[0]
+            last = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM history").fetchone()[0]
+            calls = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM ledger").fetchone()[0]
+            return f"{self.store.stat_key()}|{dv}|{last}|{calls}"
+
+    # ── receipts and probes ──
+    def _ledger(self, tool: str, args: dict[str, Any], text: str, graph: Graph) -> str:
+        if tool == "read_graph":
+            key = (self.store.generation, id(graph))
+            if not self._reference_cache or self._reference_cache[0] != key:
+                self._reference_cache = (key, estimate_tokens(reference_answer_text(graph, tool, args)))
+            reference_tokens = self._reference_cache[1]
+        else:
+            reference_tokens = estimate_tokens(reference_answer_text(graph, tool, args))
+        self.meta.record_call(tool, self.client, estimate_tokens(text), reference_tokens)
+        return text
+
+    def _record(self, tool: str, text: str, reference: str) -> None:
+        self.meta.record_call(tool, self.client, estimate_tokens(text), estimate_tokens(reference))
+
+    def _remember_result(self, query: str, shown: dict[str, list[str]]) -> None:
+        now = time.time()
+        self.recent = [r for r in self.recent if now - r[0] < self.RECENT_SECONDS][-20:]
+        self.recent.append((now, query, shown))
+
+    def _learn_probes(self, entities: set[str], fact: str | None = None) -> None:
+        """A result the agent went on to open (or rated helpful) answered its query: keep it as a probe."""
+        for _, query, shown in self.recent:
+            for entity in entities & set(shown):
+                facts = [fact] if fact else shown[entity]
+                for text in facts or [""]:
+                    if fact is None or text in shown[entity]:
+                        self.meta.add_probe(query, entity, text, "auto")
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 11. MCP loop: newline-delimited JSON-RPC 2.0 on stdio, both protocol eras
+# ════════════════════════════════════════════════════════════════════════════
+
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+META_SERVER = "io.modelcontextprotocol/serverInfo"
+
+INSTRUCTIONS = (
+    "graphmem is your memory across sessions. Before a task, call recall with what you are about to do; "
+    "open_nodes for entities you know by name. Record decisions, gotchas and state changes as short facts "
+    "(one idea, <=300 chars; start facts that can change with an ISO date, e.g. '2026-03-02: deployed 2.4.0'). "
+    "Never store secrets: record where they live.")
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str, data: Any = None):
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+def tool_listing(version: str) -> list[dict[str, Any]]:
+    """Only the fields the negotiated protocol version knows."""
+    tools = []
+    for tool in TOOLS:
+        entry: dict[str, Any] = {"name": tool.name}
+        if version >= "2025-06-18":
+            entry["title"] = tool.title
+        entry["description"] = tool.description
+        entry["inputSchema"] = tool.input_schema
+        if version >= "2025-03-26":
+            entry["annotations"] = tool.annotations
+        tools.append(entry)
+    return tools
+
+
+class McpServer:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._memory: Memory | None = None
+        self.version: str | None = None   # negotiated by initialize (legacy era)
+        self.client_name: str | None = None
+
+    def memory(self) -> Memory:
+        if self._memory is None:
+            self._memory = Memory(self.settings, self.client_name)
+        self._memory.client = self.client_name
+        return self._memory
+
+    def server_info(self, version: str) -> dict[str, Any]:
+        info: dict[str, Any] = {"name": SERVER_NAME, "version": __version__}
+        if version >= "2025-06-18":
+            info["title"] = "graphmem"
+        return info
+
+    # ── one message in, at most one message out ──
+    def handle_raw(self, raw: bytes) -> Any:
+        try:
+            message = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return _error(None, -32700, "Parse error: the line is not valid UTF-8 JSON")
+        if isinstance(message, list):
+            return self.handle_batch(message)
+        return self.handle(message)
+
+    def handle_batch(self, batch: list[Any]) -> Any:
+        if self.version != "2025-03-26" or not batch:
+            return _error(None, -32600, "Invalid Request: batches are only part of protocol 2025-03-26")
+        replies = []
+        for message in batch:
+            if isinstance(message, dict) and message.get("method") == "initialize":
+                replies.append(_error(message.get("id"), -32600, "Invalid Request: initialize cannot be batched"))
+                continue
+            reply = self.handle(message)
+            if reply is not None:
+                replies.append(reply)
+        return replies or None
+
+    def handle(self, message: Any) -> dict[str, Any] | None:
+        if not isinstance(message, dict):
+            return _error(None, -32600, "Invalid Request: expected a JSON object")
+        if "method" not in message:
+            if "result" in message or "error" in message:
+                return None  # a response to a request we never sent
+            return _error(message.get("id") if _valid_id(message.get("id")) else None, -32600,
+                          "Invalid Request: no method")
+        has_id = "id" in message
+        rid = message.get("id")
+        if has_id and not _valid_id(rid):
+            return _error(None, -32600, "Invalid Request: id must be a string or an integer")
+        if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+            return _error(rid, -32600, "Invalid Request: jsonrpc must be \"2.0\" and method a string") if has_id else None
+        method = message["method"]
+        params = message.get("params")
+        if params is None:
+            params = {}
+        if not has_id:
+            self.notify(method, params)
+            return None
+        if not isinstance(params, dict):
+            return _error(rid, -32602, "Invalid params: params must be an object")
+        meta = params.get("_meta")
+        try:
+            if isinstance(meta, dict) and META_VERSION in meta:
+                result = self.modern(method, params, meta)
+            else:
+                result = self.legacy(method, params)
+        except RpcError as err:
+            return _error(rid, err.code, err.message, err.data)
+        except Exception as err:  # never crash, never go silent
+            log(f"internal error in {method}: {err!r}")
+            import traceback
+            traceback.print_exc(file=sys.stderr)
+            return _error(rid, -32603, f"Internal error: {type(err).__name__}")
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+    def notify(self, method: str, params: Any) -> None:
+        if method not in ("notifications/initialized", "notifications/cancelled"):
+            log(f"ignored notification {method}")
+
+    # ── handshake era (2024-11-05 .. 2025-11-25) ──
+    def legacy(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "initialize":
+            requested = params.get("protocolVersion")
+            self.version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
+            info = params.get("clientInfo")
+            if isinstance(info, dict) and isinstance(info.get("name"), str):
+                self.client_name = info["name"]
+            return {"protocolVersion": self.version, "capabilities": {"tools": {"listChanged": False}},
+                    "serverInfo": self.server_info(self.version), "instructions": INSTRUCTIONS}
+        if method == "ping":
+            return {}
+        if method == "server/discover":
+            return self.discover()
+        if method in ("tools/list", "tools/call"):
+            if self.version is None:
+                raise RpcError(-32602, "Invalid params: send initialize first, or include "
+                                       f"_meta[\"{META_VERSION}\"] (protocol 2026-07-28)")
+            if method == "tools/list":
+                return {"tools": tool_listing(self.version)}
+            return self.call(params)
+        raise RpcError(-32601, f"Method not found: {method}")
+
+    # ── stateless era (2026-07-28): version and capabilities on every request ──
+    def modern(self, method: str, params: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        version = meta.get(META_VERSION)
+        if not isinstance(version, str) or not isinstance(meta.get(META_CAPABILITIES), dict):
+            raise RpcError(-32602, f"Invalid params: _meta needs \"{META_VERSION}\" (string) and "
+                                   f"\"{META_CAPABILITIES}\" (object)")
+        if version not in MODERN_VERSIONS:
+            raise RpcError(-32022, "Unsupported protocol version",
+                           {"supported": list(MODERN_VERSIONS), "requested": version})
+        info = meta.get(META_CLIENT)
+        if isinstance(info, dict) and isinstance(info.get("name"), str):
+            self.client_name = info["name"]
+        if method == "server/discover":
+            return self.discover()
+        if method == "tools/list":
+            result = {"tools": tool_listing(version), "ttlMs": 0, "cacheScope": "public"}
+        elif method == "tools/call":
+            result = self.call(params)
+        else:
+            raise RpcError(-32601, f"Method not found: {method}")
+        result["resultType"] = "complete"
+        result["_meta"] = {META_SERVER: self.server_info(version)}
+        return result
+
+    def discover(self) -> dict[str, Any]:
+        return {"resultType": "complete", "supportedVersions": list(MODERN_VERSIONS),
+                "capabilities": {"tools": {"listChanged": False}}, "instructions": INSTRUCTIONS,
+                "ttlMs": 0, "cacheScope": "public", "_meta": {META_SERVER: self.server_info(MODERN_VERSIONS[-1])}}
+
+    def call(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise RpcError(-32602, "Invalid params: tools/call needs a tool name")
+        if name not in TOOLS_BY_NAME:
+            raise RpcError(-32602, f"Unknown tool: {name}. Tools: {', '.join(TOOLS_BY_NAME)}")
+        arguments = params.get("arguments")
+        if arguments is not None and not isinstance(arguments, dict):
+            return {"content": [{"type": "text", "text": f"Invalid arguments for {name}: arguments must be an object, "
+                                                          f"received {_json_type(arguments)}."}], "isError": True}
+        text, is_error = self.memory().call_tool(name, arguments or {})
+        return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def _valid_id(rid: Any) -> bool:
+    return isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool))
+
+
+def _error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": rid, "error": error}
+
+
+def serve_stdio(settings: Settings) -> int:
+    """Read requests until end of input. Only protocol messages reach the real stdout."""
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    with contextlib.suppress(OSError):
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print from anywhere lands on stderr
+    sys.stdout = sys.stderr
+    server = McpServer(settings)
+    log(f"{SERVER_NAME} {__version__} on stdio; graph {settings.file_path}")
+    stdin = sys.stdin.buffer
+    while True:
+        raw = stdin.readline()
+        if not raw:
+            return 0
+        raw = raw.rstrip(b"\n")
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if not raw.strip():
+            continue
+        reply = server.handle_raw(raw)
+        if reply is not None:
+            protocol_out.write(dump_json_line(reply).encode("utf-8") + b"\n")
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 12. UI server: http.server on 127.0.0.1, one-time key, Host check, JSON API over the same handlers
+# ════════════════════════════════════════════════════════════════════════════
+
+UI_BODY_LIMIT = 65_536
+UI_COOKIE = "graphmem_key"
+
+
+def asset_path(name: str) -> Path | None:
+    """ui.html and AGENT-PROTOCOL.md: beside this file in a checkout, under <prefix>/share/graphmem when installed."""
+    import site
+    candidates = [Path(__file__).resolve().with_name(name), Path(sys.prefix) / "share" / "graphmem" / name,
+                  Path(site.getuserbase()) / "share" / "graphmem" / name, Path(sys.base_prefix) / "share" / "graphmem" / name]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+class UiApi:
+    """What the page reads and the changes it makes, all through Memory (same checks, same lock, same history)."""
+
+    def __init__(self, memory: Memory):
+        self.memory = memory
+
+    def graph(self) -> dict[str, Any]:
+        m = self.memory
+        with m.lock:
+            graph = m.graph()
+            now = time.time()
+            archived = self._archived_counts()
+            entities = []
+            for e in graph.entities:
+                facts = []
+                for text in e.observations:
+                    state = m.meta.state(e.name, text)
+                    retention = state.retention(now)
+                    facts.append({"text": text, "pinned": state.pinned, "retention": round(retention, 3),
+                                  "fading": retention < FADING_RETENTION, "dated": fact_date(text) is not None,
+                                  "date": fact_date(text), "anchor": m.anchors.status(e.name, text)})
+                entities.append({"name": e.name, "entityType": e.entityType, "facts": facts,
+                                 "archived": archived.get(e.name, 0), "overCap": len(e.observations) > m.settings.obs_max})
+            return {"version": m.version(), "file": str(m.settings.file_path), "unreadable": len(graph.unreadable),
+                    "limits": {"obsMaxChars": m.settings.obs_max_chars, "obsMax": m.settings.obs_max},
+                    "entities": entities,
+                    "relations": [{"from": r.frm, "to": r.to, "relationType": r.relationType} for r in graph.relations]}
+
+    def _archive_files(self) -> Iterator[tuple[str, Path]]:
+        folder = self.memory.store.archive_dir
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.md")):
+                name = archive_entity_name(path)
+                if name is not None:
+                    yield name, path
+
+    def _archived_counts(self) -> dict[str, int]:
+        return {name: len(parse_archive(path.read_text(encoding="utf-8"))) for name, path in self._archive_files()}
+
+    def archived(self, name: str) -> dict[str, Any]:
+        facts = self.memory.store.read_archive(name)
+        return {"name": name, "facts": [{"text": f.text, "why": f.why, "when": f.when} for f in facts]}
+
+    def search(self, query: str) -> dict[str, Any]:
+        words = [w for w in query.lower().split() if w]
+        with self.memory.lock:
+            self.memory.graph()
+            names = [d.name for d in self.memory.index.match_entities(query)] if words else []
+        hits = []
+        if words:
+            for name, path in self._archive_files():
+                for fact in parse_archive(path.read_text(encoding="utf-8")):
+                    if all(w in f"{name}\n{fact.text}".lower() for w in words):
+                        hits.append({"entity": name, "text": fact.text})
+        return {"query": query, "entities": names, "archivedHits": hits[:200]}
+
+    def overview(self) -> dict[str, Any]:
+        m = self.memory
+        with m.lock:
+            graph = m.graph()
+            now = time.time()
+            degree: dict[str, int] = {}
+            for r in graph.relations:
+                degree[r.frm] = degree.get(r.frm, 0) + 1
+                degree[r.to] = degree.get(r.to, 0) + 1
+            fading = sorted(({"entity": e.name, "text": o, "retention": round(m.strength(e.name, o), 3)}
+                             for e in graph.entities for o in e.observations
+                             if m.strength(e.name, o) < FADING_RETENTION), key=lambda f: f["retention"])
+            stale = [{"entity": e.name, "text": o, "detail": st["detail"]} for e in graph.entities for o in e.observations
+                     for st in [m.anchors.status(e.name, o)] if st and st["state"] != "current"]
+            return {
+                "pending": [e.name for e in graph.entities
+                            if e.entityType.lower() in ("pending", "todo") or e.name.upper().startswith("PENDING")],
+                "mostConnected": [{"name": n, "degree": d} for n, d in
+                                  sorted(degree.items(), key=lambda kv: (-kv[1], kv[0]))[:10] if graph.get(n)],
+                "overBudget": [{"name": e.name, "facts": len(e.observations), "cap": m.settings.obs_max}
+                               for e in graph.entities if len(e.observations) > m.settings.obs_max],
+                "fading": fading[:50], "stale": stale[:50], "receipts": receipts(m)}
+
+    def history(self, limit: int) -> dict[str, Any]:
+        rows = self.memory.meta.history(max(1, min(limit, 200)))
+        return {"changes": [{"id": i, "ts": dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                             "client": c, "summary": s + (" (undone)" if u else "")} for i, ts, c, s, u in rows]}
+
+    OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {}
+
+    def op(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body.get("op")
+        spec = UI_OPS.get(name) if isinstance(name, str) else None
+        if spec is None:
+            return {"ok": False, "message": f"unknown op {name!r}; ops: {', '.join(UI_OPS)}"}
+        fields, run = spec
+        for field in fields:
+            value = body.get(field)
+            if field == "pinned":
+                if not isinstance(value, bool):
+                    return {"ok": False, "message": "pinned must be true or false"}
+            elif not isinstance(value, str):
+                return {"ok": False, "message": f"{name} needs {field} (a string)"}
+        previous, self.memory.client = self.memory.client, "ui"
+        try:
+            with self.memory.lock:
+                text, ok = run(self.memory, *[body[f] for f in fields])
+        except ToolError as err:
+            text, ok = str(err), False
+        except StoreError as err:
+            text, ok = f"Not saved: {err}.", False
+        finally:
+            self.memory.client = previous
+        return {"ok": ok, "message": text}
+
+
+def _tool(name: str, build: Callable[..., dict[str, Any]]) -> Callable[..., tuple[str, bool]]:
+    def run(memory: Memory, *args: Any) -> tuple[str, bool]:
+        text, is_error = memory.call_tool(name, build(*args))
+        refused = "refused" in text or text.startswith("Nothing") or "skipped" in text
+        return text, not is_error and not refused
+    return run
+
+
+def _direct(method: str) -> Callable[..., tuple[str, bool]]:
+    return lambda memory, *args: (getattr(memory, method)(*args), True)
+
+
+UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
+    "create_entity": (("name", "entityType"), _tool("create_entities", lambda n, t: {"entities": [
+        {"name": n, "entityType": t, "observations": []}]})),
+    "delete_entity": (("name",), _tool("delete_entities", lambda n: {"entityNames": [n]})),
+    "set_type": (("name", "entityType"), _direct("set_entity_type")),
+    "rename": (("name", "newName"), _tool("rename_entity", lambda n, nn: {"name": n, "newName": nn})),
+    "add_fact": (("name", "text"), _tool("add_observations", lambda n, t: {"observations": [
+        {"entityName": n, "contents": [t]}]})),
+    "edit_fact": (("name", "old", "new"), _direct("edit_fact")),
+    "delete_fact": (("name", "text"), _tool("delete_observations", lambda n, t: {"deletions": [
+        {"entityName": n, "observations": [t]}]})),
+    "pin": (("name", "text", "pinned"), _tool("mark_fact", lambda n, t, p: {
+        "entityName": n, "observation": t, "action": "pin" if p else "unpin"})),
+    "add_relation": (("from", "to", "relationType"), _tool("create_relations", lambda f, t, r: {"relations": [
+        {"from": f, "to": t, "relationType": r}]})),
+    "delete_relation": (("from", "to", "relationType"), _tool("delete_relations", lambda f, t, r: {"relations": [
+        {"from": f, "to": t, "relationType": r}]})),
+    "restore": (("name", "text"), _tool("archived_observations", lambda n, t: {"entityName": n, "restore": [t]})),
+    "archive_fact": (("name", "text"), _direct("archive_fact")),
+    "verify_fact": (("name", "text"), _tool("mark_fact", lambda n, t: {
+        "entityName": n, "observation": t, "action": "verified"})),
+    "undo": ((), _direct("undo")),
+}
+
+
+def receipts(memory: Memory) -> dict[str, Any]:
+    rows = memory.meta.conn.execute(
+        "SELECT count(*), coalesce(sum(tokens),0), coalesce(sum(reference_tokens),0) FROM ledger").fetchone()
+    series = memory.meta.conn.execute(
+        "SELECT date(ts, 'unixepoch') AS day, sum(max(reference_tokens - tokens, 0)) FROM ledger GROUP BY day ORDER BY day").fetchall()
+    saved = max(rows[2] - rows[1], 0)
+    s = memory.settings
+    return {"calls": rows[0], "tokensUsed": rows[1], "tokensReference": rows[2], "tokensSaved": saved,
+            "dollarsSaved": round(saved * s.price_per_mtok / 1e6, 4), "pricePerMTok": s.price_per_mtok,
+            "priceModel": s.price_model, "series": [{"day": d, "saved": v} for d, v in series]}
+
+
+def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
+    from http.server import BaseHTTPRequestHandler
+    from urllib.parse import parse_qs, urlsplit
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = f"graphmem/{__version__}"
+        sys_version = ""
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: stderr only on errors
+            pass
+
+        def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("Content-Security-Policy",
+                             "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                             "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _json(self, status: int, obj: Any) -> None:
+            self._send(status, json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass"),
+                       "application/json; charset=utf-8")
+
+        def _host_ok(self) -> bool:
+            port = self.server.server_address[1]
+            return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
+
+        def _key_ok(self) -> bool:
+            supplied = self.headers.get("X-Graphmem-Key", "")
+            for part in self.headers.get("Cookie", "").split(";"):
+                k, _, v = part.strip().partition("=")
+                if k == UI_COOKIE:
+                    supplied = supplied or v
+            return bool(supplied) and secrets.compare_digest(supplied.encode(), key.encode())
+
+        def _guard(self) -> bool:
+            if not self._host_ok():
+                self._send(403, b"Forbidden: wrong Host header", "text/plain; charset=utf-8")
+                return False
+            return True
+
+        def do_GET(self) -> None:
+            if not self._guard():
+                return
+            url = urlsplit(self.path)
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            if url.path == "/":
+                given = query.get("key")
+                if given is not None and secrets.compare_digest(given.encode(), key.encode()):
+                    self._send(303, b"", "text/plain", {
+                        "Location": "/", "Set-Cookie": f"{UI_COOKIE}={key}; HttpOnly; SameSite=Strict; Path=/"})
+                elif self._key_ok():
+                    self._send(200, page(), "text/html; charset=utf-8")
+                else:
+                    self._send(403, b"<!doctype html><title>graphmem</title><p>Forbidden: open the link that "
+                                    b"<code>graphmem --ui</code> printed (it carries a one-time key).",
+                               "text/html; charset=utf-8")
+                return
+            if not url.path.startswith("/api/"):
+                self._send(404, b"not found", "text/plain; charset=utf-8")
+                return
+            if not self._key_ok():
+                self._json(403, {"error": "missing or wrong key: open the link graphmem --ui printed"})
+                return
+            try:
+                if url.path == "/api/version":
+                    self._json(200, {"version": api.memory.version()})
+                elif url.path == "/api/graph":
+                    self._json(200, api.graph())
+                elif url.path == "/api/archived":
+                    self._json(200, api.archived(query.get("name", "")))
+                elif url.path == "/api/search":
+                    self._json(200, api.search(query.get("q", "")))
+                elif url.path == "/api/overview":
+                    self._json(200, api.overview())
+                elif url.path == "/api/history":
+                    self._json(200, api.history(int(query.get("limit", "20") or 20)))
+                elif url.path == "/api/op":
+                    self._json(405, {"error": "changes need POST"})
+                else:
+                    self._json(404, {"error": f"no such endpoint {url.path}"})
+            except (ValueError, OSError) as err:
+                self._json(400, {"error": str(err)})
+
+        def do_POST(self) -> None:
+            if not self._guard():
+                return
+            if not self._key_ok():
+                self._json(403, {"error": "missing or wrong key: open the link graphmem --ui printed"})
+                return
+            if urlsplit(self.path).path != "/api/op":
+                self._json(404, {"error": "POST goes to /api/op"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+            except ValueError:
+                length = -1
+            if length < 0 or length > UI_BODY_LIMIT:
+                self._json(413, {"error": f"body over {UI_BODY_LIMIT} bytes"})
+                self.close_connection = True
+                return
+            try:
+                body = json.loads(self.rfile.read(length).decode("utf-8"))
+                if not isinstance(body, dict):
+                    raise ValueError("expected a JSON object")
+            except (ValueError, UnicodeDecodeError) as err:
+                self._json(400, {"error": f"invalid JSON body: {err}"})
+                return
+            self._json(200, api.op(body))
+
+        do_HEAD = do_GET
+
+    return Handler
+
+
+def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> int:
+    from http.server import ThreadingHTTPServer
+    temp = None
+    if demo:
+        temp = tempfile.TemporaryDirectory(prefix="graphmem-demo-")
+        settings = dataclasses.replace(settings, file_path=Path(temp.name) / "memory.jsonl")
+        write_demo_graph(settings)
+    memory = Memory(settings, "ui")
+    api = UiApi(memory)
+    page_path = asset_path("ui.html")
+    if page_path is None:
+        log("ui.html is missing from this installation")
+        return 1
+    key = secrets.token_urlsafe(24)
+    server = None
+    for candidate in ([port] if port == 0 else range(port, port + 20)):
+        try:
+            server = ThreadingHTTPServer(("127.0.0.1", candidate), make_ui_handler(api, key, page_path.read_bytes))
+            break
+        except OSError:
+            log(f"port {candidate} is taken; trying {candidate + 1}")
+    if server is None:
+        log(f"ports {port}..{port + 19} are all taken; pass another: --ui PORT")
+        return 1
+    server.daemon_threads = True
+    actual = server.server_address[1]
+    url = f"http://127.0.0.1:{actual}/?key={key}"
+    print(f"graphmem UI: {url}", flush=True)
+    log(f"serving {settings.file_path}{' (demo copy)' if demo else ''}; Ctrl-C to stop")
+    if open_browser:
+        import webbrowser
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    import signal
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if temp:
+            temp.cleanup()
+    return 0
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 12b. Demo graph for --ui --demo: a fictional small software shop
+# ════════════════════════════════════════════════════════════════════════════
+
+def demo_graph_lines(today: dt.date) -> "list[str]":
+    """JSONL lines (reference memory-server format) of a fictional small software shop.
+
+    Every name, person and client is made up; dates are relative to `today` so the
+    demo always looks recent. No secrets, every fact under 300 characters.
+    """
+    def d(days_ago):
+        return (today - dt.timedelta(days=days_ago)).isoformat()
+
+    entities = [
+        # --- services -------------------------------------------------------
+        ("shop-api", "service", [
+            "Python 3.12 + FastAPI service behind the public storefront; owns orders, carts and stock",
+            "runs 4 replicas on the prod cluster; health check at /healthz",
+            "talks to postgres-main through pgbouncer, pool size 40",
+            "p95 latency target 250 ms for GET endpoints",
+            "feature flags read from the flags table at start-up and every 60 s",
+            "logs are JSON lines shipped to the log stack; request id header is X-Request-Id",
+            "rate limit 600 requests per minute per client key",
+            d(120) + ": deployed 2.1.0 with the new cart model",
+            d(95) + ": deployed 2.2.0; stock reservations now expire after 15 minutes",
+            d(70) + ": incident: checkout 500s for 40 minutes after a bad migration; rolled back",
+            d(64) + ": deployed 2.3.0 with idempotency keys on POST /orders",
+            d(41) + ": moved image resizing out to media-worker",
+            d(30) + ": p95 latency regressed to 410 ms; traced to N+1 query in order history",
+            d(28) + ": fixed the order history N+1 query; p95 back to 190 ms",
+            d(12) + ": deployed 2.4.0; adds partial refunds for billing-worker",
+            d(5) + ": deployed 2.4.1 hotfix for rounding of discount totals",
+            d(2) + ": error budget for the month is 62% used",
+            "owner team: core backend (Ben Okafor is tech lead)",
+            "staging URL is the staging cluster ingress, same image tag as prod minus one",
+        ]),
+        ("shop-web", "service", [
+            "Next.js storefront; server-side rendered product pages, client-side cart",
+            "deployed to the edge CDN; build takes about 6 minutes",
+            "uses shop-api only through the public REST endpoints",
+            d(60) + ": switched product images to AVIF with JPEG fallback",
+            d(18) + ": released the new checkout layout behind flag checkout_v3",
+            d(4) + ": Lighthouse performance score 92 on the product page",
+        ]),
+        ("billing-worker", "service", [
+            "queue consumer that charges cards through the payment provider and writes invoices",
+            "retries failed charges 3 times with exponential back-off",
+            "reads jobs from the billing queue on redis-cache",
+            d(33) + ": double charge for 2 Oakridge Clinic invoices; refunds issued the same day",
+            d(9) + ": partial refund support shipped with shop-api 2.4.0",
+        ]),
+        ("search-service", "service", [
+            "product search on OpenSearch; index rebuilt nightly at 02:00 UTC",
+            "synonym list lives in repo shop-monorepo under search/synonyms.txt",
+            d(22) + ": relevance tuning for Northwind Cycles bike parts catalogue",
+        ]),
+        ("auth-gateway", "service", [
+            "OIDC gateway in front of the admin tools; sessions last 8 hours",
+            "supports SAML only through the identity broker",
+            d(47) + ": upgraded to the new token format; old tokens accepted until further notice",
+        ]),
+        ("media-worker", "service", [
+            "resizes product images and writes them to the object store",
+            d(41) + ": split out of shop-api to keep request latency low",
+        ]),
+        # --- infrastructure ----------------------------------------------------
+        ("postgres-main", "database", [
+            "PostgreSQL 14 primary with one streaming replica",
+            "nightly base backup plus WAL archiving; restore tested every quarter",
+            d(88) + ": restore drill took 47 minutes end to end",
+            d(15) + ": disk at 71%; archive old order events before it reaches 85%",
+        ]),
+        ("redis-cache", "database", [
+            "Redis 7 used for sessions, the billing queue and hot product cache",
+            "maxmemory policy allkeys-lru except the queue database",
+        ]),
+        ("prod cluster", "infrastructure", [
+            "Kubernetes 1.29, three node pools: general, memory, batch",
+            "deploys through Argo CD from repo infra-config",
+            d(26) + ": node pool general scaled from 6 to 8 nodes for the spring sale",
+        ]),
+        ("staging cluster", "infrastructure", [
+            "single node pool; reset every Monday from anonymised fixtures",
+        ]),
+        ("CI pipeline", "infrastructure", [
+            "GitHub-style pipeline: lint, unit tests, build image, deploy to staging",
+            "main branch must stay green; flaky tests get quarantined within a day",
+            d(19) + ": average pipeline time down from 14 to 9 minutes after test sharding",
+        ]),
+        # --- repos -------------------------------------------------------------
+        ("repo shop-monorepo", "repo", [
+            "holds shop-api, shop-web, billing-worker and search-service",
+            "trunk-based; release tags are vMAJOR.MINOR.PATCH",
+            "CODEOWNERS maps each service folder to its team",
+        ]),
+        ("repo infra-config", "repo", [
+            "Terraform and Kubernetes manifests for prod and staging",
+            "changes need two approvals, one from ops",
+        ]),
+        ("repo mobile-app", "repo", [
+            "React Native app for iOS and Android; shares the API client with shop-web",
+            d(50) + ": 3.0 released to both stores",
+        ]),
+        # --- people -------------------------------------------------------------
+        ("Alice Moreau", "person", [
+            "engineering lead; sets priorities every Monday",
+            "prefers short written proposals over meetings",
+            d(10) + ": back from parental leave, taking over release planning again",
+        ]),
+        ("Ben Okafor", "person", [
+            "backend tech lead; knows the order and stock model best",
+            "on call in odd weeks",
+        ]),
+        ("Chen Wei", "person", [
+            "frontend engineer; owns shop-web and the design system",
+            d(18) + ": built the checkout_v3 layout",
+        ]),
+        ("Dana Kowalski", "person", [
+            "ops engineer; owns the clusters, backups and the CI pipeline",
+            "on call in even weeks",
+        ]),
+        ("Eli Navarro", "person", [
+            "QA engineer; keeps the end-to-end suite for checkout",
+            d(7) + ": added a regression test for the discount rounding bug",
+        ]),
+        ("Farah Haddad", "person", [
+            "product manager for clients Brightleaf Grocers and Oakridge Clinic",
+            "wants a weekly status note every Friday before noon",
+        ]),
+        ("Gus Lindqvist", "person", [
+            "contract mobile developer, two days a week",
+        ]),
+        # --- clients ------------------------------------------------------------
+        ("Brightleaf Grocers", "client", [
+            "regional grocery chain, 40 stores; our largest client",
+            "contract renews every January; SLA 99.9% for checkout",
+            d(25) + ": asked for single sign-on for their store managers",
+            d(3) + ": happy with the spring sale; peak 1,900 orders per hour",
+        ]),
+        ("Northwind Cycles", "client", [
+            "bike shop chain with a large spare parts catalogue",
+            d(22) + ": complained that part numbers were hard to find in search",
+        ]),
+        ("Oakridge Clinic", "client", [
+            "private clinic group using the shop for paid health checks",
+            "billing must produce one invoice per patient visit",
+            d(33) + ": affected by the double charge; apology sent by Farah",
+        ]),
+        # --- rules ----------------------------------------------------------------
+        ("RULE no friday deploys", "rule", [
+            "no production deploys after 15:00 on Fridays or before a public holiday",
+            "hotfixes allowed with approval from the on-call engineer",
+        ]),
+        ("RULE reviewed migrations", "rule", [
+            "every database migration needs a second reviewer and a tested rollback",
+            d(70) + ": added after the checkout incident",
+        ]),
+        ("RULE no prod data locally", "rule", [
+            "never copy production data to laptops; use the anonymised fixtures",
+        ]),
+        ("RULE semver releases", "rule", [
+            "breaking API changes bump the major version and get a deprecation notice first",
+        ]),
+        # --- pending work -----------------------------------------------------------
+        ("PENDING billing retry fix", "pending", [
+            "make charge retries idempotent so a timeout cannot charge twice",
+            d(31) + ": opened after the Oakridge double charge",
+        ]),
+        ("PENDING upgrade postgres 16", "pending", [
+            "upgrade postgres-main from 14 to 16 with logical replication cut-over",
+            d(14) + ": dry run on staging planned",
+        ]),
+        ("PENDING Brightleaf SSO", "pending", [
+            "single sign-on for Brightleaf store managers through auth-gateway",
+            d(20) + ": waiting on their identity team for metadata",
+        ]),
+        ("PENDING search reindex", "pending", [
+            "reindex with part-number analyser so exact part numbers rank first",
+        ]),
+        ("PENDING archive order events", "pending", [
+            "move order events older than 2 years to cold storage",
+        ]),
+        # --- decisions ---------------------------------------------------------------
+        ("DECISION monorepo", "decision", [
+            d(400) + ": keep all web services in one repo to share the API client and CI",
+        ]),
+        ("DECISION feature flags in database", "decision", [
+            d(200) + ": flags live in a postgres table, not a SaaS, to keep data in house",
+        ]),
+        ("DECISION OpenSearch", "decision", [
+            d(300) + ": chose OpenSearch over hosted search for cost and data residency",
+        ]),
+        ("DECISION idempotency keys", "decision", [
+            d(65) + ": every POST that creates money movement takes an Idempotency-Key header",
+        ]),
+        # --- projects and events -------------------------------------------------------
+        ("Project Checkout v3", "project", [
+            "new checkout flow: one page, saved addresses, partial refunds",
+            d(18) + ": frontend behind flag checkout_v3 for 10% of traffic",
+            d(6) + ": flag raised to 50%; conversion up 2.1 points",
+        ]),
+        ("Spring Sale", "event", [
+            "yearly sale in the second week of spring; traffic triples",
+            d(3) + ": ended without incidents",
+        ]),
+        ("INCIDENT checkout migration", "incident", [
+            d(70) + ": checkout returned 500s for 40 minutes after a migration locked the orders table",
+            "root cause: migration added an index without CONCURRENTLY",
+            "follow-up: RULE reviewed migrations",
+        ]),
+    ]
+
+    relations = [
+        ("shop-web", "shop-api", "calls"),
+        ("repo mobile-app", "shop-api", "calls"),
+        ("shop-api", "postgres-main", "uses"),
+        ("shop-api", "redis-cache", "uses"),
+        ("shop-api", "search-service", "calls"),
+        ("shop-api", "media-worker", "calls"),
+        ("billing-worker", "redis-cache", "uses"),
+        ("billing-worker", "postgres-main", "uses"),
+        ("shop-api", "billing-worker", "enqueues jobs for"),
+        ("auth-gateway", "shop-api", "protects admin of"),
+        ("shop-api", "prod cluster", "runs on"),
+        ("shop-web", "prod cluster", "runs on"),
+        ("billing-worker", "prod cluster", "runs on"),
+        ("search-service", "prod cluster", "runs on"),
+        ("media-worker", "prod cluster", "runs on"),
+        ("auth-gateway", "prod cluster", "runs on"),
+        ("repo shop-monorepo", "shop-api", "contains"),
+        ("repo shop-monorepo", "shop-web", "contains"),
+        ("repo shop-monorepo", "billing-worker", "contains"),
+        ("repo shop-monorepo", "search-service", "contains"),
+        ("repo infra-config", "prod cluster", "configures"),
+        ("repo infra-config", "staging cluster", "configures"),
+        ("CI pipeline", "staging cluster", "deploys to"),
+        ("CI pipeline", "repo shop-monorepo", "builds"),
+        ("Ben Okafor", "shop-api", "leads"),
+        ("Ben Okafor", "billing-worker", "maintains"),
+        ("Chen Wei", "shop-web", "owns"),
+        ("Dana Kowalski", "prod cluster", "operates"),
+        ("Dana Kowalski", "CI pipeline", "owns"),
+        ("Dana Kowalski", "postgres-main", "operates"),
+        ("Eli Navarro", "Project Checkout v3", "tests"),
+        ("Alice Moreau", "Ben Okafor", "manages"),
+        ("Alice Moreau", "Chen Wei", "manages"),
+        ("Alice Moreau", "Dana Kowalski", "manages"),
+        ("Alice Moreau", "Eli Navarro", "manages"),
+        ("Gus Lindqvist", "repo mobile-app", "works on"),
+        ("Farah Haddad", "Brightleaf Grocers", "account manager for"),
+        ("Farah Haddad", "Oakridge Clinic", "account manager for"),
+        ("Farah Haddad", "Northwind Cycles", "account manager for"),
+        ("Brightleaf Grocers", "shop-web", "uses"),
+        ("Northwind Cycles", "search-service", "depends on"),
+        ("Oakridge Clinic", "billing-worker", "depends on"),
+        ("PENDING billing retry fix", "billing-worker", "blocks"),
+        ("PENDING billing retry fix", "Oakridge Clinic", "blocks"),
+        ("PENDING upgrade postgres 16", "postgres-main", "blocks"),
+        ("PENDING upgrade postgres 16", "PENDING archive order events", "blocks"),
+        ("PENDING Brightleaf SSO", "Brightleaf Grocers", "blocks"),
+        ("PENDING Brightleaf SSO", "auth-gateway", "blocks"),
+        ("PENDING search reindex", "Northwind Cycles", "blocks"),
+        ("PENDING search reindex", "search-service", "blocks"),
+        ("PENDING archive order events", "postgres-main", "blocks"),
+        ("Ben Okafor", "PENDING billing retry fix", "assigned"),
+        ("Dana Kowalski", "PENDING upgrade postgres 16", "assigned"),
+        ("DECISION monorepo", "repo shop-monorepo", "shaped"),
+        ("DECISION feature flags in database", "shop-api", "shaped"),
+        ("DECISION OpenSearch", "search-service", "shaped"),
+        ("DECISION idempotency keys", "shop-api", "shaped"),
+        ("INCIDENT checkout migration", "RULE reviewed migrations", "led to"),
+        ("INCIDENT checkout migration", "shop-api", "affected"),
+        ("INCIDENT checkout migration", "DECISION idempotency keys", "led to"),
+        ("Project Checkout v3", "shop-web", "changes"),
+        ("Project Checkout v3", "shop-api", "changes"),
+        ("Spring Sale", "Brightleaf Grocers", "involved"),
+        ("RULE no friday deploys", "CI pipeline", "applies to"),
+        ("RULE reviewed migrations", "postgres-main", "applies to"),
+    ]
+
+    lines = []
+    for name, etype, facts in entities:
+        lines.append(json.dumps({"type": "entity", "name": name, "entityType": etype,
+                                 "observations": facts},
+                                ensure_ascii=False, separators=(",", ":")))
+    for frm, to, rtype in relations:
+        lines.append(json.dumps({"type": "relation", "from": frm, "to": to,
+                                 "relationType": rtype},
+                                ensure_ascii=False, separators=(",", ":")))
+    return lines
+
+
+def demo_archive() -> "dict[str, list[str]]":
+    """Archived facts for a few demo entities (as if moved out over the cap or superseded)."""
+    return {
+        "shop-api": [
+            "deployed 1.9.4 with the legacy cart",
+            "p95 latency target was 400 ms before the 2.x rewrite",
+            "ran 2 replicas on the old VM hosts",
+        ],
+        "postgres-main": [
+            "PostgreSQL 12 primary, no replica",
+        ],
+        "Alice Moreau": [
+            "on parental leave; Ben covers release planning",
+        ],
+    }
+
+
+if __name__ == "__main__":
+    _lines = demo_graph_lines(dt.date.today())
+    _ents = [json.loads(x) for x in _lines if '"entity"' in x[:20]]
+    _names = {e["name"] for e in _ents}
+    _rels = [json.loads(x) for x in _lines if '"relation"' in x[:20]]
+    assert all(r["from"] in _names and r["to"] in _names for r in _rels), "dangling relation"
+    assert all(len(o) < 300 for e in _ents for o in e["observations"])
+    assert len(_names) == len(_ents)
+    print(len(_ents), "entities", len(_rels), "relations",
+          max(len(e["observations"]) for e in _ents), "max facts")
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 13. CLI: maintenance (--lint, --compact, --report), setup (--config, --protocol, --skill), --ui
+# ════════════════════════════════════════════════════════════════════════════
+
+def lint_report(memory: Memory) -> str:
+    """Read-only health report of the graph."""
+    graph = memory.graph()
+    s = memory.settings
+    names = set(graph.by_name())
+    long_facts = [(e.name, o) for e in graph.entities for o in e.observations if len(o) > s.obs_max_chars]
+    over_cap = [e for e in graph.entities if len(e.observations) > s.obs_max]
+    dangling = [r for r in graph.relations if r.frm not in names or r.to not in names]
+    duplicates = []
+    for e in graph.entities:
+        seen: dict[str, str] = {}
+        for o in e.observations:
+            key = normalise_fact(o)
+            if key in seen:
+                duplicates.append((e.name, o))
+            seen[key] = o
+    now = time.time()
+    fading = sorted(((memory.strength(e.name, o), e.name, o) for e in graph.entities for o in e.observations
+                     if memory.strength(e.name, o) < FADING_RETENTION))
+    movable = sum(len(overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))) for e in over_cap)
+    lines = [f"{memory.store.path}: {len(graph.entities)} entities, {len(graph.relations)} relations, "
+             f"{graph.fact_count()} facts, {memory.store.path.stat().st_size if memory.store.path.exists() else 0} bytes."]
+    lines.append(f"over-long facts (> {s.obs_max_chars} chars): {len(long_facts)}")
+    lines += [f"  {name}: {len(o)} chars: {short(o, 70)}" for name, o in long_facts[:20]]
+    lines.append(f"entities over the cap of {s.obs_max}: {len(over_cap)} ({movable} dated facts would move to the archive)")
+    lines += [f"  {e.name}: {len(e.observations)} facts" for e in over_cap[:20]]
+    lines.append(f"unreadable lines: {len(graph.unreadable)} in the graph"
+                 + (f" (lines {', '.join(str(n) for n, _ in graph.unreadable[:10])})" if graph.unreadable else "")
+                 + f"; {memory.store.unreadable_set_aside()} set aside in {memory.store.unreadable_path.name}")
+    lines.append(f"relations to missing entities: {len(dangling)}")
+    lines += [f"  {r.line()}" for r in dangling[:20]]
+    lines.append(f"duplicate facts: {len(duplicates)}")
+    lines += [f"  {name}: {short(o, 70)}" for name, o in duplicates[:20]]
+    lines.append(f"fading facts (retention < {FADING_RETENTION}): {len(fading)}")
+    lines += [f"  {r:.2f} {name}: {short(o, 70)}" for r, name, o in fading[:20]]
+    lines += memory.anchors.lint(graph)
+    lines.append("Read-only: nothing was changed. --compact archives overflow and faded facts (guarded).")
+    del now
+    return "\n".join(lines)
+
+
+def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
+    """Archive overflow and faded facts, unless the recall guardrail says a probe would be lost."""
+    s = memory.settings
+    lines: list[str] = []
+    with memory.store.lock():
+        graph = memory.store._read_fresh()
+        memory.graph()
+        now = time.time()
+        plan: dict[str, list[tuple[str, str]]] = {}
+        for e in graph.entities:
+            over = overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))
+            faded = [o for o in e.observations if o not in over and not memory.meta.state(e.name, o).pinned
+                     and memory.meta.state(e.name, o).retention(now) < FADED_RETENTION]
+            moves = [(o, "compacted (over cap)") for o in over] + [(o, "compacted (faded)") for o in faded]
+            if moves:
+                plan[e.name] = moves
+        moved = sum(len(v) for v in plan.values())
+        lines.append(f"plan: archive {moved} fact(s) from {len(plan)} entit{'y' if len(plan) == 1 else 'ies'}")
+        for name, moves in list(plan.items())[:50]:
+            for text, why in moves[:10]:
+                lines.append(f"  {name}: {why.split('(')[1][:-1]}: {short(text, 80)}")
+        after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
+                                                      if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
+                       for e in graph.entities], graph.relations)
+        probes = memory.meta.probes()
+        verdict_ok = True
+        if probes:
+            strength = memory.strength
+            before_results = run_probes(probes, graph, s.recall_budget, strength)
+            after_results = run_probes(probes, after, s.recall_budget, strength)
+            before, after_rate = hit_rate(before_results), hit_rate(after_results)
+            lost = [a for b, a in zip(before_results, after_results) if b.hit and not a.hit]
+            verdict_ok = before - after_rate <= s.guardrail_max_drop + 1e-9
+            lines.append(f"guardrail: {len(probes)} probes, hit rate {before:.1%} now, {after_rate:.1%} after "
+                         f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if verdict_ok else 'FAIL'}")
+            lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
+                      for p in lost[:20]]
+        else:
+            lines.append("guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check")
+        if dry_run:
+            lines.append("dry run: nothing changed.")
+            return "\n".join(lines), 0
+        if not verdict_ok:
+            lines.append("rolled back: nothing changed. Pin the facts those probes need, or raise MEMORY_GUARDRAIL_MAX_DROP.")
+            return "\n".join(lines), 1
+        if not moved:
+            lines.append("nothing to do.")
+            return "\n".join(lines), 0
+        backup = memory.store.backup_now("before-compact")
+        tx = Transaction(graph)
+        for name, moves in plan.items():
+            tx.touch(name)
+            entity = graph.get(name)
+            for text, why in moves:
+                entity.observations.remove(text)
+                tx.archive(name, [text], why)
+        memory.store._commit(tx)
+        changes = tx.changes()
+    memory.meta.record_history("compact", f"compact: archived {moved} fact(s)", changes)
+    lines.append(f"archived {moved} fact(s); backup {backup}; restore any with archived_observations.")
+    return "\n".join(lines), 0
+
+
+def report(memory: Memory) -> str:
+    s = memory.settings
+    r = receipts(memory)
+    if not r["calls"]:
+        return (f"No reads recorded yet in {memory.meta.path}: nothing saved so far. Savings appear after agents call "
+                "read_graph, search_nodes, open_nodes or recall.")
+    lines = [f"{r['calls']} read calls: {r['tokensUsed']:,} tokens returned; the reference server would have returned "
+             f"{r['tokensReference']:,}. Saved {r['tokensSaved']:,} tokens = ${r['dollarsSaved']:.2f} at "
+             f"${s.price_per_mtok:g}/M input tokens ({s.price_model}; set MEMORY_PRICE_PER_MTOK / MEMORY_PRICE_MODEL)."]
+    for label, column in (("per tool", "tool"), ("per client", "coalesce(client, '?')")):
+        lines.append(f"{label}:")
+        for name, calls, used, ref in memory.meta.conn.execute(
+                f"SELECT {column}, count(*), sum(tokens), sum(reference_tokens) FROM ledger GROUP BY 1 ORDER BY 4 - 3 DESC"):
+            saved = max(ref - used, 0)
+            ratio = f"{ref / used:.1f}x" if used else "-"
+            lines.append(f"  {name}: {calls} calls, {used:,} vs {ref:,} tokens ({ratio}), saved {saved:,} = "
+                         f"${saved * s.price_per_mtok / 1e6:.2f}")
+    return "\n".join(lines)
+
+
+CLIENTS = ("claude-code", "claude-desktop", "codex", "cursor", "vscode", "gemini", "windsurf", "cline", "zed",
+           "opencode", "copilot-cli")
+CLIENT_WHERE = {
+    "claude-code": "project .mcp.json (or: claude mcp add -s user graphmem -- {cmd})",
+    "claude-desktop": "claude_desktop_config.json (Settings > Developer > Edit Config), then restart",
+    "codex": "~/.codex/config.toml (or: codex mcp add graphmem -- {cmd})",
+    "cursor": "~/.cursor/mcp.json or .cursor/mcp.json",
+    "vscode": ".vscode/mcp.json (or the user mcp.json: 'MCP: Open User Configuration')",
+    "gemini": "~/.gemini/settings.json (or: gemini mcp add -s user graphmem {cmd})",
+    "windsurf": "~/.codeium/windsurf/mcp_config.json",
+    "cline": "cline_mcp_settings.json (MCP Servers > Configure)",
+    "zed": "~/.config/zed/settings.json",
+    "opencode": "opencode.json (project) or ~/.config/opencode/opencode.json",
+    "copilot-cli": "~/.copilot/mcp-config.json",
+}
+
+
+def client_config(client: str, command: list[str]) -> str:
+    cmd, args = command[0], command[1:]
+    plain = {"command": cmd, "args": args}
+    if client == "codex":
+        return f"[mcp_servers.graphmem]\ncommand = {json.dumps(cmd)}\nargs = {json.dumps(args)}\n"
+    shapes = {
+        "claude-code": {"mcpServers": {"graphmem": {"type": "stdio", **plain, "env": {}}}},
+        "claude-desktop": {"mcpServers": {"graphmem": plain}},
+        "cursor": {"mcpServers": {"graphmem": plain}},
+        "vscode": {"servers": {"graphmem": {"type": "stdio", **plain}}},
+        "gemini": {"mcpServers": {"graphmem": plain}},
+        "windsurf": {"mcpServers": {"graphmem": plain}},
+        "cline": {"mcpServers": {"graphmem": {**plain, "disabled": False, "autoApprove": []}}},
+        "zed": {"context_servers": {"graphmem": {**plain, "env": {}}}},
+        "opencode": {"$schema": "https://opencode.ai/config.json",
+                     "mcp": {"graphmem": {"type": "local", "command": command, "enabled": True}}},
+        "copilot-cli": {"mcpServers": {"graphmem": {"type": "local", **plain, "tools": ["*"]}}},
+    }
+    return json.dumps(shapes[client], indent=2) + "\n"
+
+
+def protocol_text() -> str:
+    path = asset_path("AGENT-PROTOCOL.md")
+    if path is None:
+        raise ConfigError("AGENT-PROTOCOL.md is missing from this installation")
+    return path.read_text(encoding="utf-8")
+
+
+def write_skill(folder: Path) -> Path:
+    target = folder / "graphmem" / "SKILL.md"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    front = ("---\nname: graphmem\ndescription: Long-term memory across sessions through the graphmem MCP server. "
+             "Use at the start of every task (recall), when you learn a decision, gotcha or state change (record it), "
+             "and before you finish (record what is pending).\n---\n\n")
+    target.write_text(front + protocol_text(), encoding="utf-8")
+    return target
+
+
+def write_demo_graph(settings: Settings) -> None:
+    today = dt.date.today()
+    settings.file_path.parent.mkdir(parents=True, exist_ok=True)
+    settings.file_path.write_text("\n".join(demo_graph_lines(today)), encoding="utf-8")
+    store = GraphStore(settings)
+    for name, facts in demo_archive().items():
+        store._write_archive(name, [ArchivedFact(f, "over cap", f"{today} 09:00 UTC") for f in facts])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="graphmem", description="Lean, self-curating MCP memory server (stdio). "
+                                "With no options it serves MCP on stdin/stdout.")
+    p.add_argument("--version", action="version", version=f"graphmem {__version__}")
+    p.add_argument("--ui", nargs="?", const=8765, type=int, metavar="PORT", help="serve the web UI on 127.0.0.1 (default 8765; 0 = any free port)")
+    p.add_argument("--no-open", action="store_true", help="with --ui: print the link, do not open a browser")
+    p.add_argument("--demo", action="store_true", help="with --ui: a temporary copy of a fictional demo graph")
+    p.add_argument("--lint", action="store_true", help="read-only health report of the graph")
+    p.add_argument("--compact", action="store_true", help="archive overflow and faded facts (guarded by probes)")
+    p.add_argument("--dry-run", action="store_true", help="with --compact: show the plan, change nothing")
+    p.add_argument("--report", action="store_true", help="tokens and dollars saved, per tool and client")
+    p.add_argument("--probe", metavar="QUERY", help="add a guardrail probe: a question recall must keep answering")
+    p.add_argument("--expect", metavar="ENTITY", help="with --probe: the entity that answers it")
+    p.add_argument("--fact", metavar="TEXT", help="with --probe: the exact fact that answers it")
+    p.add_argument("--protocol", action="store_true", help="print AGENT-PROTOCOL.md (for AGENTS.md / CLAUDE.md)")
+    p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
+    p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.protocol:
+            sys.stdout.write(protocol_text())
+            return 0
+        if args.skill:
+            print(f"wrote {write_skill(args.skill)}")
+            return 0
+        if args.config:
+            command = [sys.executable, str(Path(__file__).resolve())]
+            sys.stdout.write(client_config(args.config, command))
+            print(f"# paste into {CLIENT_WHERE[args.config].format(cmd=' '.join(command))}", file=sys.stderr)
+            return 0
+        settings = Settings.from_env()
+        if args.ui is not None:
+            return serve_ui(settings, args.ui, not args.no_open, args.demo)
+        if args.lint or args.compact or args.report or args.probe:
+            memory = Memory(settings, "cli")
+            if args.probe:
+                if not args.expect:
+                    raise ConfigError("--probe needs --expect ENTITY (and optionally --fact TEXT)")
+                added = memory.meta.add_probe(args.probe, args.expect, args.fact or "", "manual")
+                print("probe added" if added else "probe already recorded")
+                return 0
+            if args.lint:
+                print(lint_report(memory))
+                return 0
+            if args.report:
+                print(report(memory))
+                return 0
+            text, code = compact(memory, args.dry_run)
+            print(text)
+            return code
+        return serve_stdio(settings)
+    except ConfigError as err:
+        print(f"graphmem: {err}", file=sys.stderr)
+        return 2
+    except StoreError as err:
+        print(f"graphmem: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3105,18 +3105,6 @@ def demo_archive() -> "dict[str, list[str]]":
     }
 
 
-if __name__ == "__main__":
-    _lines = demo_graph_lines(dt.date.today())
-    _ents = [json.loads(x) for x in _lines if '"entity"' in x[:20]]
-    _names = {e["name"] for e in _ents}
-    _rels = [json.loads(x) for x in _lines if '"relation"' in x[:20]]
-    assert all(r["from"] in _names and r["to"] in _names for r in _rels), "dangling relation"
-    assert all(len(o) < 300 for e in _ents for o in e["observations"])
-    assert len(_names) == len(_ents)
-    print(len(_ents), "entities", len(_rels), "relations",
-          max(len(e["observations"]) for e in _ents), "max facts")
-
-
 # ════════════════════════════════════════════════════════════════════════════
 # 13. CLI: maintenance (--lint, --compact, --report), setup (--config, --protocol, --skill), --ui
 # ════════════════════════════════════════════════════════════════════════════

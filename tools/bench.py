@@ -325,6 +325,11 @@ _TAILS = [
     lambda rng, ctx: f" because of {rng.choice(_PROBLEMS)}",
     lambda rng, ctx: f"; check again after {rng.choice(_EVENTS)}",
     lambda rng, ctx: f"; {rng.choice(ctx['clients'] or ['Northwind Grocers'])} was told by support",
+    lambda rng, ctx: f"; owner {rng.choice(ctx['people'] or ['Ana Souza'])}",
+    lambda rng, ctx: f" per the {rng.choice(_RULE_A)} {rng.choice(_RULE_B)}",
+    lambda rng, ctx: f", see dashboard in {rng.choice(_TOOLS)}",
+    lambda rng, ctx: f"; affects {rng.choice(ctx['services'] or ['checkout-api'])} too",
+    lambda rng, ctx: f" (asked by {rng.choice(ctx['clients'] or ['Northwind Grocers'])})",
 ]
 
 
@@ -731,7 +736,14 @@ def section_recall(b: Bench, args) -> dict:
     table(["ranking", "questions", "hit@1", "hit@5", "MRR", "listed at all"], hrows, "llrrrr")
     fails = [r for r in per if not r["gm_hit"]]
     print(f"graphmem recall misses: {len(fails)} ({sum(1 for r in fails if r['naive_hit'])} of them found by naive); "
-          f"naive misses found by graphmem: {sum(1 for r in per if r['gm_hit'] and not r['naive_hit'])}")
+          f"naive misses found by graphmem: {sum(1 for r in per if r['gm_hit'] and not r['naive_hit'])}; "
+          f"misses where recall showed the expected entity (other facts of it): "
+          f"{sum(1 for r in fails if r['recall_rank'])} (at rank 1: {sum(1 for r in fails if r['recall_rank'] == 1)})")
+    if fails:
+        over = [r for r in fails if r["gm_tok"] > 500]
+        print(f"graphmem misses: {sum(1 for r in fails if r['q']['kind'] == 'paraphrase')} paraphrases, "
+              f"{sum(1 for r in fails if r['q']['kind'] == 'keyword')} keyword questions; mean {statistics.mean(r['gm_tok'] for r in fails):.0f} "
+              f"tokens spent on a miss ({len(over)} misses over 500 tokens)")
     if args.show_failures:
         for r in fails:
             print(f"  MISS [{r['q']['kind']}] {r['q']['q']}")

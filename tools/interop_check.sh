@@ -129,7 +129,7 @@ bad = [c for c in checks if c["status"] == "FAILURE"]
 warn = [c for c in checks if c["status"] == "WARNING"]
 unexpected = [c for c in bad if c["id"] not in baseline]
 expected = [c for c in bad if c["id"] in baseline]
-stale = sorted(baseline - {c["id"] for c in bad} & {c["id"] for c in checks})
+stale = sorted(baseline & {c["id"] for c in checks if c["status"] == "SUCCESS"})
 st = "PASS" if rc == "0" and not unexpected and not stale else "FAIL"
 extra = f" (baseline: {len(expected)} expected failures)" if baseline else ""
 print(f"{st}|{label}|{len(ok)}/{len(ok)+len(bad)} passed, {len(warn)} warnings, rc={rc}{extra}")
@@ -299,6 +299,13 @@ if want conformance; then
     [ -n "$st" ] && record "$st" "$name" "$detail"
   done <<<"$out"
   [ -z "$out" ] && record FAIL "conformance" "no output from the conformance run"
+fi
+
+# --- stdout framing over every recorded server session (doc 1.1 T3/T4, 1.2 J1)
+mapfile -t taps < <(find "$WORK/taps" -name '*.tap' -size +0 | sort)
+if [ ${#taps[@]} -gt 0 ]; then
+  lint=$(python3 "$CLIENT_PY" --tap-lint "${taps[@]}")
+  record "${lint%% *}" "wire stdout framing (all sessions)" "${lint#* }"
 fi
 
 # ----------------------------------------------------------------- report

@@ -18,6 +18,8 @@ re-invoked with --tap) so the discover probe path can be shown exactly.
 Stdlib-only helper modes (no `mcp` needed):
     sdk_client_check.py --tap LOG -- COMMAND...   line tap; "%p" in LOG -> tap pid
     sdk_client_check.py --tap-summary LOG...      one line per log: method->outcome
+    sdk_client_check.py --tap-lint LOG...         stdout framing check over tap logs
+                                                  (non-JSON lines, CR, envelope shape)
 Prints one "PASS|FAIL|INFO <check> <detail>" line per check; exit 1 if any FAIL.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ import time
 
 TAP_FLAG = "--tap"
 TAP_SUMMARY_FLAG = "--tap-summary"
+TAP_LINT_FLAG = "--tap-lint"
 
 
 # --------------------------------------------------------------------------- tap
@@ -127,6 +130,44 @@ def wire_steps(log_path: str):
         if d == "#":
             steps.append(str(m))
     return sent, by_id, steps
+
+
+def tap_lint(paths: list[str]) -> int:
+    """Check every server->client line in the tap logs: one JSON-RPC message per line (doc 1.1 T3/T4, 1.2 J1)."""
+    problems: list[str] = []
+    lines = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            for raw in f:
+                if not raw.startswith(b"< "):
+                    continue
+                lines += 1
+                body = raw.rstrip(b"\n").split(b" ", 2)[2]
+                where = os.path.basename(path)
+                if body.endswith(b"\r"):
+                    problems.append(f"{where}: line ends with CR")
+                try:
+                    msg = json.loads(body)
+                except ValueError:
+                    problems.append(f"{where}: non-JSON stdout line {body[:120].decode('utf-8', 'replace')!r}")
+                    continue
+                if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+                    problems.append(f"{where}: not a JSON-RPC 2.0 object: {short(msg, 120)}")
+                    continue
+                if "method" not in msg:
+                    keys = set(msg) - {"jsonrpc", "id"}
+                    if keys not in ({"result"}, {"error"}) or "id" not in msg:
+                        problems.append(f"{where}: bad response envelope keys {sorted(msg)}")
+    counts: dict[str, set[str]] = {}
+    for p in problems:
+        where, what = p.split(": ", 1)
+        counts.setdefault(what, set()).add(where)
+    if counts:
+        print(f"FAIL {len(problems)} problem(s) in {lines} server lines over {len(paths)} logs: "
+              + " ; ".join(f"{what} (in {len(w)} logs, e.g. {sorted(w)[0]})" for what, w in list(counts.items())[:4]))
+        return 1
+    print(f"PASS {lines} server lines over {len(paths)} logs, all single-line JSON-RPC")
+    return 0
 
 
 # --------------------------------------------------------------------------- checks
@@ -343,6 +384,8 @@ async def check_client_auto(mcp, args, rep: Report, tap_log: str) -> None:
 
 
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == TAP_LINT_FLAG:
+        return tap_lint(sys.argv[2:])
     if len(sys.argv) > 2 and sys.argv[1] == TAP_SUMMARY_FLAG:
         for path in sys.argv[2:]:
             print(" | ".join(wire_steps(path)[2]))

@@ -1,0 +1,425 @@
+"""The UI's HTTP API against the real server (`memory_server.py --ui 0 --no-open`) in a subprocess.
+
+Covers: key and Host checks, no CORS, content types, every mutation op reaching memory.jsonl,
+limits (length, secrets, body size, bad JSON, GET on a mutation), undo, hostile names as plain
+JSON strings, and a concurrent agent write showing up in /api/graph and /api/version.
+"""
+import http.client
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).absolute().parent.parent
+SERVER = ROOT / "memory_server.py"
+XSS = "<img src=x onerror=alert(1)>"
+XSS2 = "\"quoted\" & </script><script>alert(2)</script>"
+
+SEED = [
+    {"type": "entity", "name": "Alpha", "entityType": "service", "observations": ["runs on port 8080", "2026-01-05: deployed 1.0"]},
+    {"type": "entity", "name": "Beta", "entityType": "person", "observations": ["maintains Alpha"]},
+    {"type": "entity", "name": XSS, "entityType": "<b>type</b>", "observations": ["<script>alert('fact')</script>"]},
+    {"type": "relation", "from": "Beta", "to": "Alpha", "relationType": "maintains"},
+]
+
+
+# ---------------------------------------------------------------- server helpers
+class UIServer:
+    def __init__(self, graph_lines=SEED, extra_args=()):
+        self.dir = tempfile.mkdtemp(prefix="graphmem-ui-api-")
+        self.path = os.path.join(self.dir, "memory.jsonl")
+        with open(self.path, "w", encoding="utf-8") as fh:
+            for obj in graph_lines:
+                fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.env = dict(os.environ, MEMORY_FILE_PATH=self.path)
+        self.stderr = open(os.path.join(self.dir, "server.stderr"), "w+")
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open", *extra_args],
+                                     cwd=str(ROOT), env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+        line = self._first_line(20.0)
+        prefix = "graphmem UI: "
+        assert line.startswith(prefix), "server printed %r; stderr: %s" % (line, self.stderr_text())
+        self.url = line[len(prefix):].strip()
+        u = urllib.parse.urlsplit(self.url)
+        self.port = u.port
+        self.key = urllib.parse.parse_qs(u.query)["key"][0]
+        assert u.hostname == "127.0.0.1"
+
+    def _first_line(self, timeout):
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.stop()
+            pytest.fail("server printed no link within %.0fs; stderr: %s" % (timeout, self.stderr_text()))
+        return self.proc.stdout.readline()
+
+    def stderr_text(self):
+        self.stderr.flush()
+        self.stderr.seek(0)
+        return self.stderr.read()[-3000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.stderr.close()
+
+    # -- HTTP ---------------------------------------------------------------------
+    def request(self, method, path, body=None, headers=None, key=True, host=None):
+        """(status, headers dict lower-cased, raw body bytes). key=True sends the key header."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        hdrs = {}
+        if key is True:
+            hdrs["X-Graphmem-Key"] = self.key
+        elif isinstance(key, str):
+            hdrs["X-Graphmem-Key"] = key
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+            hdrs["Content-Type"] = "application/json"
+        hdrs.update(headers or {})
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            conn.putheader("Host", host or "127.0.0.1:%d" % self.port)
+            for k, v in hdrs.items():
+                conn.putheader(k, v)
+            data = body.encode() if isinstance(body, str) else body
+            if data is not None:
+                conn.putheader("Content-Length", str(len(data)))
+            conn.endheaders(data)
+            resp = conn.getresponse()
+            raw = resp.read()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
+        finally:
+            conn.close()
+
+    def get_json(self, path, **kw):
+        status, headers, raw = self.request("GET", path, **kw)
+        assert status == 200, (path, status, raw[:300])
+        return json.loads(raw)
+
+    def op(self, **body):
+        status, headers, raw = self.request("POST", "/api/op", body=body)
+        assert status == 200, (body, status, raw[:300])
+        assert headers.get("content-type", "").startswith("application/json"), headers
+        res = json.loads(raw)
+        assert isinstance(res.get("ok"), bool) and isinstance(res.get("message"), str), res
+        return res
+
+    def graph_file(self):
+        ents, rels = {}, []
+        with open(self.path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                o = json.loads(line)
+                if o.get("type") == "entity":
+                    ents[o["name"]] = o
+                elif o.get("type") == "relation":
+                    rels.append((o["from"], o["to"], o["relationType"]))
+        return ents, rels
+
+
+@pytest.fixture(scope="module")
+def srv():
+    if not SERVER.exists():
+        pytest.fail("memory_server.py not found at %s" % SERVER)
+    s = UIServer()
+    yield s
+    s.stop()
+
+
+def agent_write(path, entities):
+    """Another process (an agent) writes through the library, as the contract says."""
+    code = ("import sys, json; sys.path.insert(0, %r); import memory_server as ms; "
+            "m = ms.Memory(ms.Settings.from_env({'MEMORY_FILE_PATH': %r}), client='agent'); "
+            "text, err = m.call_tool('create_entities', {'entities': json.loads(sys.argv[1])}); "
+            "print(text); sys.exit(1 if err else 0)" % (str(ROOT), path))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(entities)], cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- access control
+def test_api_needs_the_key(srv):
+    for path in ("/api/graph", "/api/version", "/api/search?q=Alpha", "/api/overview", "/api/history",
+                 "/api/archived?name=Alpha"):
+        status, headers, raw = srv.request("GET", path, key=False)
+        assert status == 403, (path, status)
+        assert b"Alpha" not in raw and b"runs on port" not in raw
+        assert headers.get("content-type", "").startswith("application/json"), (path, headers)
+        assert "error" in json.loads(raw)
+        status, _, raw = srv.request("GET", path, key="wrong-" + srv.key)
+        assert status == 403 and b"Alpha" not in raw, (path, status)
+        status, _, raw = srv.request("GET", path, key=False, headers={"Cookie": "graphmem_key=nope"})
+        assert status == 403 and b"Alpha" not in raw, (path, status)
+    status, _, raw = srv.request("POST", "/api/op", body={"op": "create_entity", "name": "Sneaky", "entityType": "x"}, key=False)
+    assert status == 403
+    assert "Sneaky" not in srv.graph_file()[0]
+
+
+def test_page_needs_the_key_and_link_sets_cookie(srv):
+    status, _, raw = srv.request("GET", "/", key=False)
+    assert status == 403
+    assert b"<script" not in raw.lower()
+    status, headers, _ = srv.request("GET", "/?key=wrong", key=False)
+    assert status == 403
+    status, headers, _ = srv.request("GET", "/?key=" + srv.key, key=False)
+    assert status == 303, status
+    assert headers.get("location") == "/"
+    cookie = headers.get("set-cookie", "")
+    assert "graphmem_key=" + srv.key in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
+    status, headers, raw = srv.request("GET", "/", key=False, headers={"Cookie": "graphmem_key=" + srv.key})
+    assert status == 200
+    assert headers.get("content-type", "").startswith("text/html"), headers
+    assert b"graphmem" in raw and b'id="search"' in raw
+    # the cookie alone opens the API too
+    status, _, raw = srv.request("GET", "/api/version", key=False, headers={"Cookie": "graphmem_key=" + srv.key})
+    assert status == 200 and "version" in json.loads(raw)
+
+
+def test_wrong_host_header_refused(srv):
+    for host in ("evil.com:%d" % srv.port, "evil.com", "127.0.0.1.evil.com:%d" % srv.port, "127.0.0.1:1"):
+        status, _, raw = srv.request("GET", "/api/graph", host=host)
+        assert status == 403, (host, status)
+        assert b"Alpha" not in raw
+        status, _, _ = srv.request("GET", "/?key=" + srv.key, key=False, host=host)
+        assert status == 403, (host, status)
+        status, _, _ = srv.request("POST", "/api/op", body={"op": "create_entity", "name": "ViaEvil", "entityType": "x"}, host=host)
+        assert status == 403, (host, status)
+    assert "ViaEvil" not in srv.graph_file()[0]
+    for host in ("127.0.0.1:%d" % srv.port, "localhost:%d" % srv.port):
+        status, _, _ = srv.request("GET", "/api/version", host=host)
+        assert status == 200, host
+
+
+def test_no_cors_headers_and_no_store(srv):
+    origin = {"Origin": "http://evil.com"}
+    checks = [srv.request("GET", "/api/graph", headers=origin),
+              srv.request("GET", "/api/version", headers=origin, key=False),
+              srv.request("POST", "/api/op", body={"op": "undo-nothing"}, headers=origin),
+              srv.request("OPTIONS", "/api/op", headers=dict(origin, **{"Access-Control-Request-Method": "POST"}))]
+    for status, headers, _ in checks:
+        assert not [h for h in headers if h.startswith("access-control-")], headers
+    status, headers, raw = checks[0]
+    assert status == 200
+    assert headers.get("content-type") == "application/json; charset=utf-8", headers
+    assert "no-store" in headers.get("cache-control", ""), headers
+    assert checks[3][0] != 200 or not checks[3][2]
+
+
+# ---------------------------------------------------------------- reads
+def test_graph_shape(srv):
+    g = srv.get_json("/api/graph")
+    for k in ("version", "file", "limits", "entities", "relations"):
+        assert k in g, k
+    assert g["limits"]["obsMaxChars"] == 300
+    alpha = next(e for e in g["entities"] if e["name"] == "Alpha")
+    assert alpha["entityType"] == "service"
+    texts = [f["text"] for f in alpha["facts"]]
+    assert "runs on port 8080" in texts
+    dated = next(f for f in alpha["facts"] if f["text"].startswith("2026-01-05"))
+    assert dated["dated"] is True and dated["date"] == "2026-01-05"
+    for f in alpha["facts"]:
+        for k in ("pinned", "retention", "fading", "anchor"):
+            assert k in f, (k, f)
+    assert {"from": "Beta", "to": "Alpha", "relationType": "maintains"} in g["relations"]
+    ov = srv.get_json("/api/overview")
+    for k in ("pending", "mostConnected", "overBudget", "fading", "stale", "receipts"):
+        assert k in ov, k
+    assert "series" in ov["receipts"]
+    hist = srv.get_json("/api/history?limit=5")
+    assert isinstance(hist["changes"], list)
+
+
+def test_hostile_names_roundtrip_as_plain_json(srv):
+    res = srv.op(op="create_entity", name=XSS2, entityType="<i>t</i>")
+    assert res["ok"], res
+    status, headers, raw = srv.request("GET", "/api/graph")
+    assert headers["content-type"].startswith("application/json")
+    g = json.loads(raw)
+    names = {e["name"]: e for e in g["entities"]}
+    assert XSS in names and XSS2 in names
+    assert names[XSS]["entityType"] == "<b>type</b>"
+    assert names[XSS]["facts"][0]["text"] == "<script>alert('fact')</script>"
+    assert names[XSS2]["entityType"] == "<i>t</i>"
+    hits = srv.get_json("/api/search?q=" + urllib.parse.quote("onerror"))
+    assert XSS in hits["entities"], hits
+    arch = srv.get_json("/api/archived?name=" + urllib.parse.quote(XSS))
+    assert arch["name"] == XSS
+    assert XSS2 in srv.graph_file()[0]
+
+
+# ---------------------------------------------------------------- mutations
+def test_entity_ops_reach_the_file(srv):
+    assert srv.op(op="create_entity", name="Gamma", entityType="repo")["ok"]
+    ents, _ = srv.graph_file()
+    assert ents["Gamma"]["entityType"] == "repo"
+    assert srv.op(op="set_type", name="Gamma", entityType="library")["ok"]
+    assert srv.graph_file()[0]["Gamma"]["entityType"] == "library"
+    assert srv.op(op="add_relation", **{"from": "Gamma", "to": "Alpha", "relationType": "used by"})["ok"]
+    assert ("Gamma", "Alpha", "used by") in srv.graph_file()[1]
+    assert srv.op(op="rename", name="Gamma", newName="Gamma2")["ok"]
+    ents, rels = srv.graph_file()
+    assert "Gamma" not in ents and "Gamma2" in ents
+    assert ("Gamma2", "Alpha", "used by") in rels
+    assert srv.op(op="delete_relation", **{"from": "Gamma2", "to": "Alpha", "relationType": "used by"})["ok"]
+    assert ("Gamma2", "Alpha", "used by") not in srv.graph_file()[1]
+    assert srv.op(op="delete_entity", name="Gamma2")["ok"]
+    assert "Gamma2" not in srv.graph_file()[0]
+    res = srv.op(op="delete_entity", name="No Such Entity")
+    assert res["ok"] is False and res["message"]
+    res = srv.op(op="create_entity", name="Alpha", entityType="service")
+    assert res["ok"] is False and res["message"], res
+
+
+def test_fact_ops_reach_the_file(srv):
+    assert srv.op(op="create_entity", name="Delta", entityType="service")["ok"]
+    assert srv.op(op="add_fact", name="Delta", text="listens on 9000")["ok"]
+    assert srv.graph_file()[0]["Delta"]["observations"] == ["listens on 9000"]
+    res = srv.op(op="add_fact", name="Delta", text="listens on 9000")
+    assert res["ok"] is False and res["message"], res  # duplicate refused
+    assert srv.op(op="edit_fact", name="Delta", old="listens on 9000", new="listens on 9001")["ok"]
+    assert srv.graph_file()[0]["Delta"]["observations"] == ["listens on 9001"]
+    assert srv.op(op="pin", name="Delta", text="listens on 9001", pinned=True)["ok"]
+    g = srv.get_json("/api/graph")
+    fact = next(f for e in g["entities"] if e["name"] == "Delta" for f in e["facts"])
+    assert fact["pinned"] is True
+    assert srv.op(op="pin", name="Delta", text="listens on 9001", pinned=False)["ok"]
+    g = srv.get_json("/api/graph")
+    assert next(f for e in g["entities"] if e["name"] == "Delta" for f in e["facts"])["pinned"] is False
+    assert srv.op(op="add_fact", name="Delta", text="owned by Beta")["ok"]
+    assert srv.op(op="delete_fact", name="Delta", text="owned by Beta")["ok"]
+    assert "owned by Beta" not in srv.graph_file()[0]["Delta"]["observations"]
+
+
+def test_archive_restore_and_verify(srv):
+    assert srv.op(op="create_entity", name="Epsilon", entityType="service")["ok"]
+    assert srv.op(op="add_fact", name="Epsilon", text="uses the old queue")["ok"]
+    assert srv.op(op="archive_fact", name="Epsilon", text="uses the old queue")["ok"]
+    assert "uses the old queue" not in srv.graph_file()[0]["Epsilon"]["observations"]
+    arch = srv.get_json("/api/archived?name=Epsilon")
+    assert "uses the old queue" in [f["text"] for f in arch["facts"]], arch
+    hits = srv.get_json("/api/search?q=" + urllib.parse.quote("old queue"))
+    assert {"entity": "Epsilon", "text": "uses the old queue"} in [
+        {"entity": h["entity"], "text": h["text"]} for h in hits["archivedHits"]], hits
+    g = srv.get_json("/api/graph")
+    assert next(e for e in g["entities"] if e["name"] == "Epsilon")["archived"] >= 1
+    assert srv.op(op="restore", name="Epsilon", text="uses the old queue")["ok"]
+    assert "uses the old queue" in srv.graph_file()[0]["Epsilon"]["observations"]
+    res = srv.op(op="verify_fact", name="Epsilon", text="uses the old queue")
+    assert isinstance(res["ok"], bool) and res["message"]  # no anchor here: a clear answer either way
+
+
+def test_limits_are_enforced(srv):
+    before = srv.graph_file()[0]["Alpha"]["observations"]
+    res = srv.op(op="add_fact", name="Alpha", text="x" * 301)
+    assert res["ok"] is False, res
+    assert "300" in res["message"], res
+    res = srv.op(op="add_fact", name="Alpha", text="password=hunter2hunter2")
+    assert res["ok"] is False and res["message"], res
+    res = srv.op(op="edit_fact", name="Alpha", old="runs on port 8080", new="y" * 301)
+    assert res["ok"] is False, res
+    assert srv.graph_file()[0]["Alpha"]["observations"] == before
+    res = srv.op(op="add_fact", name="Alpha", text="x" * 300)
+    assert res["ok"] is True, res
+    assert srv.op(op="delete_fact", name="Alpha", text="x" * 300)["ok"]
+
+
+def test_body_too_large_is_413(srv):
+    body = json.dumps({"op": "add_fact", "name": "Alpha", "text": "z" * 70000}).encode()
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    try:
+        head = ("POST /api/op HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Graphmem-Key: %s\r\n"
+                "Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                % (srv.port, srv.key, len(body))).encode()
+        try:
+            sock.sendall(head + body)
+        except OSError:
+            pass  # the server may answer and close before reading the body
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    assert data.split(b"\r\n", 1)[0].split()[1] == b"413", data[:200]
+    assert "z" * 100 not in "".join(srv.graph_file()[0]["Alpha"]["observations"])
+
+
+def test_invalid_json_is_400(srv):
+    for body in (b"{not json", b"", b"[1, 2]", "\"just a string\""):
+        status, headers, raw = srv.request("POST", "/api/op", body=body, headers={"Content-Type": "application/json"})
+        assert status == 400, (body, status, raw[:200])
+        assert "error" in json.loads(raw)
+    status, headers, raw = srv.request("POST", "/api/op", body={"op": "no_such_op"})
+    assert status in (200, 400), status
+    if status == 200:
+        assert json.loads(raw)["ok"] is False
+
+
+def test_get_cannot_mutate(srv):
+    before = srv.graph_file()
+    for path in ("/api/op", "/api/op?op=create_entity&name=ByGet&entityType=x"):
+        status, headers, raw = srv.request("GET", path)
+        assert status in (404, 405), (path, status)
+    status, _, _ = srv.request("POST", "/api/graph", body={"op": "create_entity", "name": "ByPost", "entityType": "x"})
+    assert status in (404, 405), status
+    assert srv.graph_file() == before
+
+
+def test_undo_reverts_the_last_change(srv):
+    assert srv.op(op="add_fact", name="Beta", text="likes tea")["ok"]
+    assert "likes tea" in srv.graph_file()[0]["Beta"]["observations"]
+    hist = srv.get_json("/api/history?limit=3")
+    assert hist["changes"], hist
+    res = srv.op(op="undo")
+    assert res["ok"] and res["message"], res
+    assert "likes tea" not in srv.graph_file()[0]["Beta"]["observations"]
+    assert srv.op(op="create_entity", name="Zeta", entityType="x")["ok"]
+    assert srv.op(op="undo")["ok"]
+    assert "Zeta" not in srv.graph_file()[0]
+
+
+def test_concurrent_agent_write_is_seen(srv):
+    v1 = srv.get_json("/api/version")["version"]
+    agent_write(srv.path, [{"name": "FromAgent", "entityType": "service", "observations": ["written by an agent"]}])
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        v2 = srv.get_json("/api/version")["version"]
+        if v2 != v1:
+            break
+        time.sleep(0.05)
+    assert v2 != v1, "version did not change after an agent write"
+    g = srv.get_json("/api/graph")
+    ent = next((e for e in g["entities"] if e["name"] == "FromAgent"), None)
+    assert ent is not None
+    assert [f["text"] for f in ent["facts"]] == ["written by an agent"]
+    # and the UI's next write keeps the agent's entity (no lost update)
+    assert srv.op(op="add_fact", name="FromAgent", text="seen by the UI")["ok"]
+    assert srv.graph_file()[0]["FromAgent"]["observations"] == ["written by an agent", "seen by the UI"]
+
+
+def test_version_changes_on_ui_write(srv):
+    v1 = srv.get_json("/api/version")["version"]
+    assert srv.op(op="add_fact", name="Beta", text="version bump check")["ok"]
+    assert srv.get_json("/api/version")["version"] != v1
+    v2 = srv.get_json("/api/version")["version"]
+    assert srv.op(op="pin", name="Beta", text="version bump check", pinned=True)["ok"]
+    assert srv.get_json("/api/version")["version"] != v2, "pinning (metadata only) must change the version"

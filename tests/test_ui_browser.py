@@ -1,0 +1,198 @@
+"""The web UI in a real headless Chromium, driven over the DevTools protocol (tools/cdp.py, stdlib only).
+
+The real server runs as a subprocess (`memory_server.py --ui 0 --no-open`) on a temporary graph.
+Skipped only when no Chromium binary is installed (Debian package `chromium`).
+"""
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).absolute().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import cdp  # noqa: E402
+
+SERVER = ROOT / "memory_server.py"
+XSS = "<img src=x onerror=alert(1)>"
+SEED = [
+    {"type": "entity", "name": "Alpha", "entityType": "service", "observations": ["runs on port 8080", "2026-01-05: deployed 1.0"]},
+    {"type": "entity", "name": "Beta", "entityType": "person", "observations": ["maintains Alpha"]},
+    {"type": "entity", "name": XSS, "entityType": "<b>type</b>", "observations": ["<script>alert('fact')</script>"]},
+    {"type": "relation", "from": "Beta", "to": "Alpha", "relationType": "maintains"},
+    {"type": "relation", "from": XSS, "to": "Alpha", "relationType": "<i>pokes</i>"},
+]
+
+pytestmark = pytest.mark.skipif(cdp.find_chromium() is None,
+                                reason="no chromium binary (install the Debian package `chromium`)")
+
+
+def js(value):
+    """A Python value as a JS literal."""
+    return json.dumps(value)
+
+
+def node_js(name):
+    return "[...document.querySelectorAll('[data-entity]')].find((n) => n.dataset.entity === %s)" % js(name)
+
+
+@pytest.fixture(scope="module")
+def server():
+    tmp = tempfile.mkdtemp(prefix="graphmem-ui-browser-")
+    path = os.path.join(tmp, "memory.jsonl")
+    with open(path, "w", encoding="utf-8") as fh:
+        for obj in SEED:
+            fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+    err = open(os.path.join(tmp, "server.stderr"), "w+")
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open"], cwd=str(ROOT),
+                            env=dict(os.environ, MEMORY_FILE_PATH=path), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=err, text=True)
+    ready, _, _ = select.select([proc.stdout], [], [], 20)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("graphmem UI: "):
+        proc.kill()
+        err.seek(0)
+        pytest.fail("server printed no link (got %r); stderr: %s" % (line, err.read()[-2000:]))
+    url = line.split("graphmem UI: ", 1)[1].strip()
+    yield {"url": url, "path": path, "proc": proc}
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    err.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    b = cdp.Browser(width=1280, height=800, color_scheme="light")
+    try:
+        b.navigate(server["url"])
+        b.wait_for("document.querySelectorAll('[data-entity]').length >= 3", timeout=10)
+        yield b
+    finally:
+        b.close()
+
+
+def file_entities(path):
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                o = json.loads(line)
+                if o.get("type") == "entity":
+                    out[o["name"]] = o
+    return out
+
+
+def agent_write(path, entities):
+    code = ("import sys, json; sys.path.insert(0, %r); import memory_server as ms; "
+            "m = ms.Memory(ms.Settings.from_env({'MEMORY_FILE_PATH': %r}), client='agent'); "
+            "text, err = m.call_tool('create_entities', {'entities': json.loads(sys.argv[1])}); "
+            "sys.exit(1 if err else 0)" % (str(ROOT), path))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(entities)], cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def select_entity(page, name):
+    page.click(node_js(name))
+    page.wait_for("(document.getElementById('entity-name') || {}).textContent === %s" % js(name), timeout=5)
+
+
+def test_page_loads_with_key_and_draws_entities(page, server):
+    assert page.evaluate("location.pathname") == "/"
+    assert "key=" not in page.evaluate("location.href"), "the key should not stay in the address bar"
+    names = page.evaluate("[...document.querySelectorAll('[data-entity]')].map((n) => n.dataset.entity).sort()")
+    assert names == sorted(e["name"] for e in SEED if e["type"] == "entity")
+    assert page.evaluate("document.getElementById('search') !== null && document.getElementById('undo-btn') !== null")
+    assert page.evaluate("document.cookie") == "", "the key cookie must be HttpOnly"
+
+
+def test_hostile_entity_name_renders_as_text(page):
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate("document.querySelectorAll('#nodes script, #entity-panel script, #nodes b, #nodes i').length") == 0
+    label = page.evaluate("(%s).textContent" % node_js(XSS))
+    assert "<img src=x" in label
+    select_entity(page, XSS)
+    panel = page.evaluate("document.getElementById('entity-panel').textContent")
+    assert XSS in panel
+    assert "<script>alert('fact')</script>" in panel
+    assert "<b>type</b>" in panel
+    assert "<i>pokes</i>" in panel
+    assert page.evaluate("document.querySelectorAll('img, #entity-panel script, #entity-panel b, #entity-panel i').length") == 0
+    page.pump(0.2)
+    assert not page.events_named("Page.javascriptDialogOpening"), "an alert() ran: text was parsed as HTML"
+
+
+def test_edit_on_the_page_reaches_the_file(page, server):
+    select_entity(page, "Alpha")
+    text = "added from the browser at %d" % int(time.time())
+    page.click("document.getElementById('add-fact-input')")
+    page.type_text(text)
+    page.click("document.getElementById('add-fact-btn')")
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        if text in file_entities(server["path"])["Alpha"]["observations"]:
+            break
+        time.sleep(0.05)
+    assert text in file_entities(server["path"])["Alpha"]["observations"]
+    page.wait_for("[...document.querySelectorAll('#facts-list .fact')].some((li) => li.dataset.fact === %s)" % js(text), timeout=5)
+    assert page.evaluate("document.getElementById('status').textContent").strip()
+    assert page.evaluate("document.getElementById('add-fact-input').value") == ""
+
+
+def test_refused_edit_is_shown(page, server):
+    select_entity(page, "Alpha")
+    page.click("document.getElementById('add-fact-input')")
+    page.type_text("w" * 301)
+    page.click("document.getElementById('add-fact-btn')")
+    page.wait_for("document.getElementById('status').dataset.kind === 'err'", timeout=5)
+    assert "w" * 301 not in file_entities(server["path"])["Alpha"]["observations"]
+    # the refused text stays in the box so it can be shortened
+    assert page.evaluate("document.getElementById('add-fact-input').value") == "w" * 301
+    page.evaluate("(() => { const i = document.getElementById('add-fact-input'); i.value = ''; i.dispatchEvent(new Event('input')); })()")
+
+
+def test_agent_write_shows_live_and_keeps_selection_and_draft(page, server):
+    select_entity(page, "Beta")
+    page.click("document.getElementById('add-fact-input')")
+    page.type_text("half-typed draft")
+    agent_write(server["path"], [{"name": "Written By Agent", "entityType": "service", "observations": ["hello from an agent"]}])
+    t0 = time.time()
+    page.wait_for("!!(%s)" % node_js("Written By Agent"), timeout=2.0)
+    assert time.time() - t0 <= 2.0
+    assert page.evaluate("document.getElementById('entity-name').textContent") == "Beta"
+    assert page.evaluate("document.getElementById('add-fact-input').value") == "half-typed draft"
+    assert page.evaluate("document.activeElement && document.activeElement.id") == "add-fact-input"
+    page.evaluate("(() => { const i = document.getElementById('add-fact-input'); i.value = ''; i.dispatchEvent(new Event('input')); })()")
+
+
+def test_search_finds_facts_and_undo_button_works(page, server):
+    page.click("document.getElementById('search')")
+    page.type_text("8080")
+    page.wait_for("[...document.querySelectorAll('#search-results [data-goto]')].some((b) => b.dataset.goto === 'Alpha')", timeout=5)
+    page.press("Escape")
+    page.evaluate("(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); })()")
+    select_entity(page, "Beta")
+    page.click("document.getElementById('add-fact-input')")
+    page.type_text("to be undone")
+    page.click("document.getElementById('add-fact-btn')")
+    page.wait_for("[...document.querySelectorAll('#facts-list .fact')].some((li) => li.dataset.fact === 'to be undone')", timeout=5)
+    page.click("document.getElementById('undo-btn')")
+    page.wait_for("![...document.querySelectorAll('#facts-list .fact')].some((li) => li.dataset.fact === 'to be undone')", timeout=5)
+    assert "to be undone" not in file_entities(server["path"])["Beta"]["observations"]
+
+
+def test_no_javascript_errors(page):
+    page.pump(0.1)
+    errors = [e["params"]["exceptionDetails"].get("text", "") + " " +
+              str(e["params"]["exceptionDetails"].get("exception", {}).get("description", ""))
+              for e in page.events_named("Runtime.exceptionThrown")]
+    assert not errors, errors

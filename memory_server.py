@@ -9,10 +9,12 @@ packer, lifecycle, guardrail, tools, MCP loop, UI server, CLI.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
+import heapq
 import html
 import json
 import math
@@ -403,6 +405,15 @@ class GraphStore:
     def _read_fresh(self) -> Graph:
         return parse_graph_bytes(self._read_bytes())
 
+    def _fresh_under_lock(self) -> Graph:
+        """The current file's graph, to change: a copy of the cache when nobody wrote since, else parsed anew."""
+        if self._cache is not None and self._cache_key is not None and self.stat_key() == self._cache_key:
+            g = self._cache
+            return Graph([e.copy() for e in g.entities],
+                         [Relation(r.frm, r.to, r.relationType, dict(r.extra)) for r in g.relations],
+                         list(g.other_lines), list(g.unreadable))
+        return self._read_fresh()
+
     # ── the writer lock ──
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -480,10 +491,9 @@ class GraphStore:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
         with self.lock():
-            graph = self._read_fresh()
-            tx = Transaction(graph)
+            tx = Transaction(self._fresh_under_lock())
             yield tx
-            if tx.changed or graph.unreadable:
+            if tx.changed or tx.graph.unreadable:
                 self._commit(tx)
 
     def _commit(self, tx: Transaction) -> None:
@@ -992,37 +1002,43 @@ class EntityDoc:
     """What search needs of one entity, rebuilt only when that entity changes."""
     name: str
     etype: str
-    head: str                 # stems of name and type
-    rels: str                 # stems of connected relation types
+    head: list[str]            # stems of name and type
+    rels: list[str]            # stems of connected relation types
     facts: list[str]
-    fact_stems: list[str]
+    fact_stems: list[str]      # ' s1 s2 ': substring ' term' is a word-prefix match
     fact_lens: list[int]
-    all_stems: str            # head + rels + every fact: a cheap "could anything here match?" test
-    blob: str                 # lower-case name, type, facts, relation types: substring search
+    blob: str                  # lower-case name, type and facts: substring search
+    rels_blob: str             # lower-case connected relation types
+    fids: list[int] = dataclasses.field(default_factory=list)
+    _ref_size: int = -1
+
+    @property
+    def ref_size(self) -> int:
+        """Characters this entity takes in the reference server's pretty JSON."""
+        if self._ref_size < 0:
+            self._ref_size = pretty_item_size({"name": self.name, "entityType": self.etype, "observations": self.facts})
+        return self._ref_size
 
     @classmethod
     def build(cls, entity: Entity, rel_types: list[str]) -> "EntityDoc":
-        head = stems_line(f"{entity.name} {entity.entityType}")
-        rels = stems_line(" ".join(rel_types))
         fact_stems = [stems_line(o) for o in entity.observations]
-        blob = "\n".join([entity.name, entity.entityType, *entity.observations, *rel_types]).lower()
-        return cls(entity.name, entity.entityType, head, rels, list(entity.observations), fact_stems,
-                   [max(1, s.count(" ") - 1) for s in fact_stems], head + rels + "".join(fact_stems), blob)
+        blob = "\n".join([entity.name, entity.entityType, *entity.observations]).lower()
+        return cls(entity.name, entity.entityType, stems_line(f"{entity.name} {entity.entityType}").split(),
+                   stems_line(" ".join(rel_types)).split(), list(entity.observations), fact_stems,
+                   [max(1, st.count(" ") - 1) for st in fact_stems], blob, "\n".join(rel_types).lower())
 
 
 @dataclasses.dataclass
 class Term:
     word: str
-    variants: list[tuple[str, float]]   # (" stem", weight): exact stem, shorter prefix, synonyms
+    variants: list[tuple[str, float]]   # (stem prefix, weight): exact stem, shorter prefix, synonyms
     idf: float = 0.0
 
     def weight_in(self, stems: str) -> float:
         best = 0.0
-        for needle, weight in self.variants:
-            if weight > best and needle in stems:
+        for prefix, weight in self.variants:
+            if weight > best and " " + prefix in stems:
                 best = weight
-                if best >= 1.0:
-                    break
         return best
 
 
@@ -1032,10 +1048,10 @@ def query_terms(query: str) -> list[Term]:
     terms = []
     for word in content:
         s = stem(word)
-        variants = [(" " + s, 1.0)]
+        variants = [(s, 1.0)]
         if len(s) >= 7:
-            variants.append((" " + s[:5], 0.6))
-        variants += [(" " + syn, 0.7) for syn in SYNONYMS.get(s, ())]
+            variants.append((s[:5], 0.6))
+        variants += [(syn, 0.7) for syn in SYNONYMS.get(s, ())]
         terms.append(Term(word, variants))
     return terms
 
@@ -1049,16 +1065,40 @@ class ScoredFact:
     matched: list[str]
 
 
+@dataclasses.dataclass
+class Ranking:
+    facts: list[ScoredFact]    # the best candidates, best first
+    terms: list[Term]
+    total: int                 # every fact that matched at least one term
+    weak: int                  # matched, but under the relevance gate
+
+
+RANK_POOL = 2000        # candidates scored in full; the rest only counted
+EMBED_POOL = 300        # candidates re-ranked with the embedder
+
+
 class SearchIndex:
-    """Per-entity documents derived from the graph; rebuilt per entity when the graph changes."""
+    """Inverted index over fact stems, updated per entity when the graph changes."""
 
     def __init__(self) -> None:
         self.docs: list[EntityDoc] = []
-        self._cache: dict[str, tuple[tuple, EntityDoc]] = {}
+        self._cache: dict[tuple[str, int], tuple[tuple, EntityDoc]] = {}
         self._generation = -1
+        self.postings: dict[str, set[int]] = {}
+        self.head_postings: dict[str, set[int]] = {}    # stem -> ids of docs whose name/type has it
+        self.rel_postings: dict[str, set[int]] = {}
+        self.fact_of: dict[int, tuple[EntityDoc, int]] = {}
+        self.doc_of: dict[int, EntityDoc] = {}
+        self.vocab: list[str] = []
+        self._vocab_set: set[str] = set()
+        self._next_id = 0
         self.fact_total = 0
-        self.avg_len = 1.0
+        self.len_total = 0
         self._vectors: dict[tuple[str, str], dict[int, float]] = {}
+
+    @property
+    def avg_len(self) -> float:
+        return self.len_total / self.fact_total if self.fact_total else 1.0
 
     def refresh(self, graph: Graph, generation: int) -> None:
         if generation == self._generation:
@@ -1068,19 +1108,84 @@ class SearchIndex:
             rel_types.setdefault(r.frm, []).append(r.relationType)
             if r.to != r.frm:
                 rel_types.setdefault(r.to, []).append(r.relationType)
-        docs, cache = [], {}
+        docs, cache, seen = [], {}, {}
         for entity in graph.entities:
+            key = (entity.name, seen.get(entity.name, 0))
+            seen[entity.name] = key[1] + 1
             rels = rel_types.get(entity.name, [])
             signature = (entity.entityType, tuple(entity.observations), tuple(rels))
-            hit = self._cache.get(entity.name)
-            doc = hit[1] if hit and hit[0] == signature else EntityDoc.build(entity, rels)
-            cache[entity.name] = (signature, doc)
+            hit = self._cache.pop(key, None)
+            if hit and hit[0] == signature:
+                doc = hit[1]
+            else:
+                if hit:
+                    self._remove(hit[1])
+                doc = EntityDoc.build(entity, rels)
+                self._add(doc)
+            cache[key] = (signature, doc)
             docs.append(doc)
+        for _, doc in self._cache.values():  # entities that are gone
+            self._remove(doc)
         self.docs, self._cache, self._generation = docs, cache, generation
-        self.fact_total = sum(len(d.facts) for d in docs)
-        self.avg_len = (sum(sum(d.fact_lens) for d in docs) / self.fact_total) if self.fact_total else 1.0
         if len(self._vectors) > 4 * max(self.fact_total, 1000):
             self._vectors.clear()
+
+    def _add(self, doc: EntityDoc) -> None:
+        doc_id = self._next_id
+        self._next_id += 1
+        self.doc_of[doc_id] = doc
+        doc.fids = [doc_id]
+        for stem_ in set(doc.head):
+            self.head_postings.setdefault(stem_, set()).add(doc_id)
+        for stem_ in set(doc.rels):
+            self.rel_postings.setdefault(stem_, set()).add(doc_id)
+        for i, stems in enumerate(doc.fact_stems):
+            fid = self._next_id
+            self._next_id += 1
+            doc.fids.append(fid)
+            self.fact_of[fid] = (doc, i)
+            for stem_ in set(stems.split()):
+                bucket = self.postings.get(stem_)
+                if bucket is None:
+                    bucket = self.postings[stem_] = set()
+                    if stem_ not in self._vocab_set:
+                        self._vocab_set.add(stem_)
+                        bisect.insort(self.vocab, stem_)
+                bucket.add(fid)
+            self.fact_total += 1
+            self.len_total += doc.fact_lens[i]
+
+    def _remove(self, doc: EntityDoc) -> None:
+        doc_id, fids = doc.fids[0], doc.fids[1:]
+        self.doc_of.pop(doc_id, None)
+        for stem_ in set(doc.head):
+            self.head_postings.get(stem_, set()).discard(doc_id)
+        for stem_ in set(doc.rels):
+            self.rel_postings.get(stem_, set()).discard(doc_id)
+        for i, fid in enumerate(fids):
+            for stem_ in set(doc.fact_stems[i].split()):
+                self.postings.get(stem_, set()).discard(fid)
+            self.fact_of.pop(fid, None)
+            self.fact_total -= 1
+            self.len_total -= doc.fact_lens[i]
+
+    def _words_with_prefix(self, prefix: str) -> Iterator[str]:
+        i = bisect.bisect_left(self.vocab, prefix)
+        while i < len(self.vocab) and self.vocab[i].startswith(prefix):
+            yield self.vocab[i]
+            i += 1
+
+    def _match(self, term: Term, postings: dict[str, set[int]]) -> dict[int, float]:
+        """id -> best weight of any variant of the term (a variant matches words it is a prefix of)."""
+        found: dict[int, float] = {}
+        for prefix, weight in term.variants:
+            words = self._words_with_prefix(prefix) if postings is self.postings else \
+                (w for w in postings if w.startswith(prefix))
+            for word in words:
+                for i in postings.get(word, ()):
+                    if found.get(i, 0.0) < weight:
+                        found[i] = weight
+        return found
 
     def vector(self, entity: str, text: str) -> dict[int, float]:
         key = (entity, text)
@@ -1091,59 +1196,62 @@ class SearchIndex:
 
     # ── fact ranking (recall, and the order of search_nodes) ──
     def rank_facts(self, query: str, strength: Callable[[str, str], float],
-                   penalty: Callable[[str, str], float] | None = None) -> tuple[list[ScoredFact], list[Term]]:
+                   penalty: Callable[[str, str], float] | None = None) -> Ranking:
+        """BM25-style lexical match (fact words, then entity name/type and relation types as context),
+        re-ranked with the hashing embedder and each fact's strength."""
         terms = query_terms(query)
-        if not terms:
-            return [], terms
-        candidates: list[tuple[EntityDoc, int, list[float]]] = []
-        df = [0] * len(terms)
-        for doc in self.docs:
-            if not any(t.weight_in(doc.all_stems) for t in terms):
-                continue
-            head_w = [t.weight_in(doc.head) for t in terms]
-            rel_w = [t.weight_in(doc.rels) for t in terms]
-            for i, stems in enumerate(doc.fact_stems):
-                weights = []
-                hit = False
-                for j, t in enumerate(terms):
-                    w = t.weight_in(stems)
-                    if w:
-                        df[j] += 1
-                        hit = True
-                    weights.append(max(w, 0.5 * head_w[j], 0.3 * rel_w[j]))
-                if hit or any(head_w):
-                    candidates.append((doc, i, weights))
-        n = max(self.fact_total, 1)
-        for j, t in enumerate(terms):
-            t.idf = math.log(1.0 + (n - df[j] + 0.5) / (df[j] + 0.5))
-        k1, b = 1.2, 0.5
-        scored: list[ScoredFact] = []
-        for doc, i, weights in candidates:
-            norm = (k1 + 1) / (1 + k1 * (1 - b + b * doc.fact_lens[i] / self.avg_len))
-            lexical = sum(t.idf * w for t, w in zip(terms, weights)) * norm
-            if lexical <= 0:
-                continue
-            matched = [t.word for t, w in zip(terms, weights) if w >= 0.5]
-            scored.append(ScoredFact(doc.name, doc.facts[i], lexical, lexical, matched))
-        if not scored:
-            return [], terms
-        scored.sort(key=lambda f: -f.lexical)
-        best = scored[0].lexical
+        if not terms or not self.fact_total:
+            return Ranking([], terms, 0, 0)
+        n = self.fact_total
+        acc: dict[int, float] = {}
+        for term in terms:
+            weights = self._match(term, self.postings)
+            term.idf = math.log(1.0 + (n - len(weights) + 0.5) / (len(weights) + 0.5))
+            for context, factor in ((self.head_postings, 0.5), (self.rel_postings, 0.3)):
+                for doc_id, w in self._match(term, context).items():
+                    doc = self.doc_of.get(doc_id)
+                    for fid in doc.fids[1:] if doc else ():
+                        if weights.get(fid, 0.0) < factor * w:
+                            weights[fid] = factor * w
+            idf = term.idf
+            for fid, w in weights.items():
+                acc[fid] = acc.get(fid, 0.0) + idf * w
+        if not acc:
+            return Ranking([], terms, 0, 0)
+        k1, b, avg = 1.2, 0.5, self.avg_len
+        for fid, value in acc.items():
+            doc, i = self.fact_of[fid]
+            acc[fid] = value * (k1 + 1) / (1 + k1 * (1 - b + b * doc.fact_lens[i] / avg))
+        pool = heapq.nlargest(RANK_POOL, acc.items(), key=lambda kv: kv[1])
+        best = pool[0][1]
         qvec = embed(query)
-        for rank, fact in enumerate(scored):
-            similarity = cosine(qvec, self.vector(fact.entity, fact.text)) if rank < 300 else 0.0
-            score = 0.75 * fact.lexical / best + 0.25 * max(similarity, 0.0)
-            score *= 0.8 + 0.2 * strength(fact.entity, fact.text)
+        scored = []
+        for rank, (fid, lexical) in enumerate(pool):
+            doc, i = self.fact_of[fid]
+            text = doc.facts[i]
+            similarity = max(cosine(qvec, self.vector(doc.name, text)), 0.0) if rank < EMBED_POOL else 0.0
+            score = (0.75 * lexical / best + 0.25 * similarity) * (0.8 + 0.2 * strength(doc.name, text))
             if penalty:
-                score *= penalty(fact.entity, fact.text)
-            fact.score = score
+                score *= penalty(doc.name, text)
+            matched = [t.word for t in terms if t.weight_in(doc.fact_stems[i]) >= 0.5
+                       or any(p in doc.head for p, w in t.variants if w >= 0.6)]
+            scored.append(ScoredFact(doc.name, text, score, lexical, matched))
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
-        return scored, terms
+        gate = GATE_RATIO * scored[0].score
+        weak = sum(1 for f in scored if f.score < gate) + (len(acc) - len(pool))
+        return Ranking(scored, terms, len(acc), weak)
 
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
         words = [w for w in query.lower().split() if w]
-        return [d for d in self.docs if all(w in d.blob for w in words)]
+        return [d for d in self.docs if all(w in d.blob or w in d.rels_blob for w in words)]
+
+    def reference_matches(self, query: str) -> list[EntityDoc]:
+        """The reference's search: the whole query as one substring of name, type or a fact."""
+        q = query.lower()
+        if "\n" in q:
+            return [d for d in self.docs if q in d.name.lower() or q in d.etype.lower() or any(q in f.lower() for f in d.facts)]
+        return [d for d in self.docs if q in d.blob]
 
 
 GATE_RATIO = 0.35  # a fact scoring under this share of the best match is padding, not an answer
@@ -1173,13 +1281,16 @@ class Packed:
     left_gate: int
 
 
-def pack_facts(query: str, scored: list[ScoredFact], terms: list[Term], budget: int,
-               types: dict[str, str], notes: Callable[[ScoredFact], str]) -> Packed:
+def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
+               notes: Callable[[ScoredFact], str]) -> Packed:
     """Greedy by relevance under a hard budget; a relevance gate keeps padding out."""
+    scored, terms = ranking.facts, ranking.terms
     best = scored[0].score if scored else 0.0
     gated = [f for f in scored if f.score >= GATE_RATIO * best]
-    below_gate = len(scored) - len(gated)
+    below_gate = ranking.weak
     all_words = {t.word for t in terms}
+
+    marked = [False]
 
     def line(fact: ScoredFact) -> str:
         partial = set(fact.matched) != all_words and len(all_words) > 1
@@ -1190,6 +1301,7 @@ def pack_facts(query: str, scored: list[ScoredFact], terms: list[Term], budget: 
         return f"## {entity} [{types.get(entity, '?')}]\n"
 
     def render(shown: list[ScoredFact], left_budget: int) -> str:
+        marked[0] = any(set(f.matched) != all_words and len(all_words) > 1 for f in shown)
         groups: dict[str, list[ScoredFact]] = {}
         for fact in shown:
             groups.setdefault(fact.entity, []).append(fact)
@@ -1199,13 +1311,13 @@ def pack_facts(query: str, scored: list[ScoredFact], terms: list[Term], budget: 
     def footer(n_shown: int, left_budget: int, used: int) -> str:
         if not scored:
             return f'recall "{short(query, 80)}": nothing matched (try other words, or search_nodes).'
-        parts = [f'recall "{short(query, 80)}": {len(scored)} matched, {n_shown} shown (~{used}/{budget} tokens)']
+        parts = [f'recall "{short(query, 80)}": {ranking.total} matched, {n_shown} shown (~{used}/{budget} tokens)']
         if left_budget:
             parts.append(f"{left_budget} left out by budget (raise budget)")
         if below_gate:
             parts.append(f"{below_gate} below relevance gate")
         text = "; ".join(parts) + "."
-        if len(all_words) > 1 and n_shown:
+        if marked[0]:
             text += " «» = query words a fact matched."
         return text
 
@@ -1225,7 +1337,7 @@ def pack_facts(query: str, scored: list[ScoredFact], terms: list[Term], budget: 
         shown.pop()
         left_budget += 1
         text = render(shown, left_budget)
-    return Packed(text, shown, len(scored), left_budget, below_gate)
+    return Packed(text, shown, ranking.total, left_budget, below_gate)
 
 
 # ── the reference server's exact answers: for the savings ledger and the benchmark ──
@@ -1238,6 +1350,21 @@ def _reference_graph_json(entities: list[Entity], relations: list[Relation]) -> 
     return _pretty_json({
         "entities": [{"name": e.name, "entityType": e.entityType, "observations": e.observations} for e in entities],
         "relations": [{"from": r.frm, "to": r.to, "relationType": r.relationType} for r in relations]})
+
+
+def pretty_item_size(obj: Any) -> int:
+    """Length of obj inside the reference's {"entities": [...]} at two levels of indent."""
+    text = _pretty_json(obj)
+    return len(text) + 4 * (text.count("\n") + 1)
+
+
+def reference_size(entity_sizes: list[int], relation_sizes: list[int]) -> int:
+    """len(reference pretty JSON) from per-item sizes, without rendering it (exact; tested)."""
+    def section(name: str, sizes: list[int]) -> int:
+        if not sizes:
+            return len(f'  "{name}": []')
+        return len(f'  "{name}": [\n') + sum(sizes) + 2 * (len(sizes) - 1) + len("\n  ]")
+    return len("{\n") + section("entities", entity_sizes) + len(",\n") + section("relations", relation_sizes) + len("\n}")
 
 
 def reference_answer_text(graph: Graph, tool: str, args: dict[str, Any]) -> str:
@@ -1368,7 +1495,136 @@ def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callab
 # 8b. Code anchors: facts that name the code they are about
 # ════════════════════════════════════════════════════════════════════════════
 
+import ast  # noqa: E402  (kept with the only code that uses them)
+import difflib  # noqa: E402
+import posixpath  # noqa: E402
+import stat as _stat  # noqa: E402
+import warnings  # noqa: E402
+
 ANCHOR = re.compile(r"\[@([^\]\s]+)\]\s*$")
+ANCHOR_PY = (".py", ".pyi")
+ANCHOR_SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv", "env", "build", "dist"})
+ANCHOR_MAX_FILES = 20_000         # files walked for did-you-mean and when following moved code
+ANCHOR_MAX_BYTES = 2_000_000      # bigger files are skipped when following moved code
+ANCHOR_RACY_NS = 2_000_000_000    # a file read this soon after its mtime may change again under the same stamp
+ANCHOR_STALE_PENALTY = 0.6        # stale and gone anchored facts rank lower in recall, never hidden
+_ANCHOR_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def parse_anchor(text: str) -> tuple[str, str] | None:
+    """(path, symbol) of the `[@path]` / `[@path::Symbol]` marker ending a fact; symbol is '' for a file."""
+    if "[@" not in text:
+        return None
+    m = ANCHOR.search(text)
+    if not m:
+        return None
+    path, _, symbol = m.group(1).partition("::")
+    return (posixpath.normpath(path) if path else path), symbol
+
+
+def anchor_label(path: str, symbol: str) -> str:
+    return f"{path}::{symbol}" if symbol else path
+
+
+def anchor_path_problem(path: str) -> str | None:
+    if not path or path == ".":
+        return "the anchor names no file"
+    if "\\" in path:
+        return "use forward slashes in anchor paths"
+    if path.startswith("/") or re.match(r"[A-Za-z]:", path):
+        return "anchor paths are relative to the project root, not absolute"
+    if path.split("/")[0] == "..":
+        return "anchor paths must stay inside the project root"
+    return None
+
+
+def _anchor_digest(data: str | bytes) -> str:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _is_docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+class _AstForm:
+    """Canonical text of a syntax tree: no positions, comments, formatting or docstrings."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, str] = {}
+
+    def of(self, node: ast.AST, nameless: bool = False) -> str:
+        if not nameless and id(node) in self.memo:
+            return self.memo[id(node)]
+        parts = [type(node).__name__, "("]
+        for field, value in ast.iter_fields(node):
+            if field in ("type_comment", "kind") or (nameless and field == "name"):
+                continue
+            if field == "body" and isinstance(node, _ANCHOR_DEFS + (ast.Module,)) and value and _is_docstring(value[0]):
+                value = value[1:]
+            parts += [field, "=", self._value(value), ","]
+        parts.append(")")
+        text = "".join(parts)
+        if not nameless:
+            self.memo[id(node)] = text
+        return text
+
+    def _value(self, value: Any) -> str:
+        if isinstance(value, ast.AST):
+            return self.of(value)
+        if isinstance(value, list):
+            return "[" + ",".join(self._value(v) for v in value) + "]"
+        return repr(value)
+
+
+def python_symbols(tree: ast.Module) -> dict[str, str]:
+    """Dotted path -> fingerprint of every def and class (and module/class-level `NAME = ...`); own name excluded."""
+    form = _AstForm()
+    out: dict[str, str] = {}
+
+    def visit(body: list[Any], prefix: str, in_function: bool) -> None:
+        for node in body:
+            if isinstance(node, _ANCHOR_DEFS):
+                name = prefix + node.name
+                out[name] = _anchor_digest(form.of(node, nameless=True))
+                visit(node.body, name + ".", in_function or not isinstance(node, ast.ClassDef))
+            elif isinstance(node, ast.Assign) and not in_function:
+                if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    out[prefix + node.targets[0].id] = _anchor_digest("=" + form.of(node.value))
+            elif isinstance(node, ast.AnnAssign) and not in_function:
+                if isinstance(node.target, ast.Name):
+                    value = form.of(node.value) if node.value is not None else ""
+                    out[prefix + node.target.id] = _anchor_digest(":" + form.of(node.annotation) + "=" + value)
+            else:  # defs under if / try / with / match at the same level
+                for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    sub = getattr(node, field, None)
+                    if isinstance(sub, list):
+                        visit(sub, prefix, in_function)
+
+    visit(tree.body, "", False)
+    return out
+
+
+@dataclasses.dataclass
+class _AnchorRow:
+    root: str
+    path: str
+    symbol: str
+    fingerprint: str
+    verified: float
+
+
+class _FileFacts:
+    """What one file version (mtime_ns, size) yielded: raw digest, content fingerprint, symbols."""
+    __slots__ = ("stamp", "trusted", "raw", "content", "symbols", "error")
+
+    def __init__(self, stamp: tuple[int, int]):
+        self.stamp = stamp
+        self.trusted = False
+        self.raw: str | None = None
+        self.content: str | None = None
+        self.symbols: dict[str, str] | None = None
+        self.error: str | None = None
 
 
 class AnchorChecker:
@@ -1376,34 +1632,337 @@ class AnchorChecker:
 
     def __init__(self, memory: "Memory"):
         self.memory = memory
+        self.files: dict[str, _FileFacts] = {}   # absolute path -> facts of its last seen (mtime_ns, size)
+        self.hash_count = 0    # file parses and content hashes done; unchanged files are never hashed twice
+        self.racy_reads = 0    # re-reads of files that changed within ANCHOR_RACY_NS of being read
 
+    def root(self) -> Path:
+        """Where new anchors resolve: settings.project_root, else the working directory."""
+        root = self.memory.settings.project_root
+        return Path(root) if root else Path.cwd().resolve()
+
+    # ── files, cached by (mtime_ns, size) ──
+    def _info(self, full: Path) -> _FileFacts | None:
+        try:
+            st = full.stat()
+        except (OSError, ValueError):
+            return None
+        if not _stat.S_ISREG(st.st_mode):
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        key = str(full)
+        info = self.files.get(key)
+        if info is not None and info.stamp == stamp:
+            if info.trusted or info.raw is None:
+                return info
+            # read within the timestamp's resolution of a write: the same stamp may hide a change
+            self.racy_reads += 1
+            with contextlib.suppress(OSError):
+                if _anchor_digest(full.read_bytes()) == info.raw:
+                    info.trusted = time.time_ns() - stamp[0] > ANCHOR_RACY_NS
+                    return info
+        info = self.files[key] = _FileFacts(stamp)
+        return info
+
+    def _load(self, full: Path, info: _FileFacts) -> bytes | None:
+        try:
+            data = full.read_bytes()
+        except OSError:
+            return None
+        info.raw = _anchor_digest(data)
+        info.trusted = time.time_ns() - info.stamp[0] > ANCHOR_RACY_NS
+        return data
+
+    def content_fingerprint(self, full: Path) -> str | None:
+        """Hash of the file with whitespace normalised; None when there is no such file."""
+        info = self._info(full)
+        if info is None:
+            return None
+        if info.content is None:
+            data = self._load(full, info)
+            if data is None:
+                return None
+            self.hash_count += 1
+            info.content = _anchor_digest(b" ".join(data.split()))
+        return info.content
+
+    def symbols(self, full: Path) -> tuple[dict[str, str] | None, str | None]:
+        """(dotted symbol -> body fingerprint, parse error); (None, None) when there is no such file."""
+        info = self._info(full)
+        if info is None:
+            return None, None
+        if info.symbols is None:
+            data = self._load(full, info)
+            if data is None:
+                return None, None
+            self.hash_count += 1
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    info.symbols, info.error = python_symbols(ast.parse(data)), None
+            except SyntaxError as err:
+                info.symbols, info.error = {}, f"syntax error on line {err.lineno}"
+            except (ValueError, RecursionError, MemoryError) as err:
+                info.symbols, info.error = {}, f"cannot be parsed ({type(err).__name__})"
+        return info.symbols, info.error
+
+    def _locate(self, root: Path, path: str, symbol: str) -> tuple[str, str | None]:
+        """('ok', fingerprint) | ('no file', None) | ('no symbol', None) | ('unparsable', why)."""
+        full = root / path
+        if not symbol:
+            fp = self.content_fingerprint(full)
+            return ("ok", fp) if fp else ("no file", None)
+        found, error = self.symbols(full)
+        if found is None:
+            return "no file", None
+        if error:
+            return "unparsable", error
+        fp = found.get(symbol)
+        return ("ok", fp) if fp else ("no symbol", None)
+
+    def _walk(self, root: Path) -> Iterator[tuple[str, Path]]:
+        """Project files (relative path, full path), sorted, hidden and vendored folders skipped, bounded."""
+        count = 0
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ANCHOR_SKIP_DIRS)
+            rel = os.path.relpath(folder, root).replace(os.sep, "/")
+            for name in sorted(names):
+                count += 1
+                if count > ANCHOR_MAX_FILES:
+                    return
+                yield (name if rel == "." else f"{rel}/{name}"), Path(folder, name)
+
+    # ── the anchors table ──
+    def _row(self, entity: str, text: str) -> _AnchorRow | None:
+        row = self.memory.meta.conn.execute(
+            "SELECT root, path, symbol, fingerprint, verified FROM anchors WHERE entity=? AND text=?",
+            (entity, text)).fetchone()
+        return _AnchorRow(*row) if row else None
+
+    def _save(self, entity: str, text: str, row: _AnchorRow) -> None:
+        try:
+            with self.memory.meta.write() as conn:
+                conn.execute("INSERT OR REPLACE INTO anchors(entity, text, root, path, symbol, fingerprint, verified)"
+                             " VALUES (?,?,?,?,?,?,?)",
+                             (entity, text, row.root, row.path, row.symbol, row.fingerprint, row.verified))
+        except sqlite3.Error as err:  # a read must still answer; the record is retried next time
+            log(f"warning: cannot record the code anchor of {short(text, 60)!r}: {err}")
+
+    def _record_now(self, entity: str, text: str, path: str, symbol: str) -> _AnchorRow | None:
+        """Fingerprint the anchor under the current project root and store it; None when it does not resolve."""
+        root = self.root()
+        kind, fp = self._locate(root, path, symbol)
+        if kind != "ok" or fp is None:
+            return None
+        row = _AnchorRow(str(root), path, symbol, fp, time.time())
+        self._save(entity, text, row)
+        return row
+
+    # ── write time ──
     def check_new(self, text: str) -> str | None:
         """Why an anchored fact cannot be stored (the anchor does not resolve), or None."""
-        return None
+        parsed = parse_anchor(text)
+        if not parsed:
+            return None
+        path, symbol = parsed
+        marker = f"[@{anchor_label(path, symbol)}]"
+        problem = anchor_path_problem(path)
+        if problem:
+            return f"anchor {marker}: {problem}"
+        root = self.root()
+        full = root / path
+        if full.is_dir():
+            return f"anchor {marker} names a folder; anchor a file, or a file and a symbol: [@path::Name]"
+        if not full.is_file():
+            hints = self._suggest_files(root, path)
+            return (f"anchor {marker} does not resolve: no file {path} under {root}"
+                    + (f"; did you mean {', '.join(f'[@{h}]' for h in hints)}?" if hints else ""))
+        if not symbol:
+            return None
+        if full.suffix.lower() not in ANCHOR_PY:
+            return f"anchor {marker}: symbols resolve only in Python files; anchor the whole file with [@{path}]"
+        found, error = self.symbols(full)
+        if error:
+            return f"anchor {marker} does not resolve: {path} {error}"
+        if found and symbol in found:
+            return None
+        names = list(found or {})
+        tail = symbol.rsplit(".", 1)[-1].lower()
+        hints = [n for n in names if n.rsplit(".", 1)[-1].lower() == tail]
+        hints += difflib.get_close_matches(symbol, names, n=5, cutoff=0.6)
+        hints = list(dict.fromkeys(hints))[:5]
+        if hints:
+            tip = f"; did you mean {', '.join(f'[@{path}::{h}]' for h in hints)}?"
+        else:
+            top = [n for n in names if "." not in n][:8]
+            tip = f"; it defines {', '.join(top)}" if top else "; it defines no functions or classes"
+        return f"anchor {marker} does not resolve: no symbol {symbol} in {path}{tip}"
+
+    def _suggest_files(self, root: Path, path: str) -> list[str]:
+        rels = [rel for rel, _ in self._walk(root)]
+        base = posixpath.basename(path)
+        by_name: dict[str, list[str]] = {}
+        for rel in rels:
+            by_name.setdefault(posixpath.basename(rel), []).append(rel)
+        hints = list(by_name.get(base, []))
+        for name in difflib.get_close_matches(base, list(by_name), n=3, cutoff=0.75):
+            hints += by_name[name][:2]
+        hints += difflib.get_close_matches(path, rels, n=3, cutoff=0.8)
+        return list(dict.fromkeys(hints))[:5]
 
     def on_new_fact(self, entity: str, text: str) -> None:
-        """Record the fingerprint of a newly stored anchored fact."""
+        """Record the fingerprint of a newly stored anchored fact (idempotent: a recorded one is kept)."""
+        parsed = parse_anchor(text)
+        if not parsed or anchor_path_problem(parsed[0]):
+            return
+        row = self._row(entity, text)
+        if row is not None:
+            state = self.memory.meta.states.get((entity, text))
+            if state is None or row.verified >= state.created:
+                return
+            # the fact was deleted and written again since it was recorded: the old record is not about it
+        self._record_now(entity, text, *parsed)
 
+    # ── read time ──
     def note(self, entity: str, text: str) -> str:
         """' [stale: body edited]' etc. for an anchored fact shown to an agent; '' otherwise."""
-        return ""
+        st = self.status(entity, text)
+        return "" if st is None or st["state"] == "current" else f" [{st['state']}: {st['detail']}]"
 
     def is_stale(self, entity: str, text: str) -> bool:
-        return False
+        st = self.status(entity, text)
+        return st is not None and st["state"] in ("stale", "gone")
+
+    def rank_penalty(self, entity: str, text: str) -> float:
+        return ANCHOR_STALE_PENALTY if self.is_stale(entity, text) else 1.0
 
     def status(self, entity: str, text: str) -> dict[str, str] | None:
         """{"state": current|stale|moved|gone, "detail": ...} for an anchored fact; None otherwise."""
-        return None
+        parsed = parse_anchor(text)
+        if not parsed or anchor_path_problem(parsed[0]):
+            return None
+        row = self._row(entity, text) or self._record_now(entity, text, *parsed)  # unrecorded: recorded as of now
+        if row is None:
+            return None
+        root = Path(row.root)
+        if not root.is_dir():  # that project is not on this machine (any more): nothing to say
+            return None
+        return self._evaluate(entity, text, row, root, *parsed)
+
+    def _evaluate(self, entity: str, text: str, row: _AnchorRow, root: Path, path: str, symbol: str) -> dict[str, str]:
+        base, named, held = row.fingerprint, (path, symbol), (row.path, row.symbol)
+        edited = "body edited" if symbol else "file edited"
+        kind, found = self._locate(root, path, symbol)
+        if kind == "ok" and found == base:
+            if held != named:  # the code came back to where the fact says
+                self._follow_to(entity, text, row, named)
+            return {"state": "current", "detail": f"{anchor_label(*named)} unchanged"}
+        if held != named:  # the anchor followed a move earlier
+            held_kind, held_found = self._locate(root, *held)
+            if held_kind == "ok" and held_found == base:
+                return {"state": "moved", "detail": f"now at {anchor_label(*held)}"}
+            if held_kind == "ok":
+                return {"state": "stale", "detail": f"{edited} (now at {anchor_label(*held)})"}
+            if held_kind == "unparsable":
+                return {"state": "stale", "detail": f"{held[0]} does not parse ({held_found})"}
+        if kind == "ok":
+            return {"state": "stale", "detail": edited}
+        if kind == "unparsable":
+            return {"state": "stale", "detail": f"{path} does not parse ({found})"}
+        hit = self._find_moved(root, base, symbol, [held[0], path])
+        if hit:
+            self._follow_to(entity, text, row, hit)
+            return {"state": "moved", "detail": f"now at {anchor_label(*hit)}"}
+        if symbol and ((root / held[0]).is_file() or (root / path).is_file()):
+            return {"state": "gone", "detail": "symbol deleted"}
+        return {"state": "gone", "detail": "file deleted"}
+
+    def _follow_to(self, entity: str, text: str, row: _AnchorRow, where: tuple[str, str]) -> None:
+        row.path, row.symbol = where
+        self._save(entity, text, row)
+
+    def _find_moved(self, root: Path, base: str, symbol: str, near: list[str]) -> tuple[str, str] | None:
+        """The one place the recorded code lives now: the same file first, then the project; None if none or several."""
+        near = list(dict.fromkeys(near))
+        if symbol:
+            for rel in near:
+                found, _ = self.symbols(root / rel)
+                hits = [name for name, fp in (found or {}).items() if fp == base]
+                if len(hits) == 1:
+                    return rel, hits[0]
+                if hits:
+                    return None  # ambiguous: several copies of that body
+        suffix = posixpath.splitext(near[0])[1].lower()
+        hits: list[tuple[str, str]] = []
+        for rel, full in self._walk(root):
+            if rel in near:
+                continue
+            if symbol:
+                if posixpath.splitext(rel)[1].lower() not in ANCHOR_PY:
+                    continue
+            elif posixpath.splitext(rel)[1].lower() != suffix:
+                continue
+            info = self._info(full)
+            if info is None or info.stamp[1] > ANCHOR_MAX_BYTES:
+                continue
+            if symbol:
+                found, _ = self.symbols(full)
+                hits += [(rel, name) for name, fp in (found or {}).items() if fp == base]
+            elif self.content_fingerprint(full) == base:
+                hits.append((rel, ""))
+            if len(hits) > 1:
+                return None
+        return hits[0] if hits else None
 
     def lint(self, graph: Graph) -> list[str]:
         """Lines for --lint: stale and gone anchored facts with the reason."""
-        return []
-
-    def rank_penalty(self, entity: str, text: str) -> float:
-        return 1.0
+        bad, anchored, moved = [], 0, 0
+        for entity in graph.entities:
+            for text in entity.observations:
+                st = self.status(entity.name, text)
+                if st is None:
+                    continue
+                anchored += 1
+                moved += st["state"] == "moved"
+                if st["state"] in ("stale", "gone"):
+                    bad.append((entity.name, text, st))
+        lines = [f"stale or gone code anchors: {len(bad)} (of {anchored} anchored facts; {moved} followed moved code)"]
+        lines += [f"  {st['state']}: {st['detail']}: {name}: {short(text, 70)}" for name, text, st in bad[:50]]
+        if len(bad) > 50:
+            lines.append(f"  … and {len(bad) - 50} more")
+        return lines
 
     def verify(self, entity: str, text: str) -> str:
-        raise ToolError("that fact has no code anchor to verify")
+        """'Still true': re-fingerprint the code the fact names as it is now."""
+        parsed = parse_anchor(text)
+        if not parsed:
+            raise ToolError("that fact has no code anchor to verify (anchors end a fact: [@path] or [@path::Symbol])")
+        path, symbol = parsed
+        problem = anchor_path_problem(path)
+        if problem:
+            raise ToolError(f"cannot verify: {problem}")
+        st = self.status(entity, text)
+        row = self._row(entity, text)
+        if st is None or row is None:
+            raise ToolError(f"cannot verify: [@{anchor_label(path, symbol)}] does not resolve under {self.root()}; "
+                            "delete the fact or write it again with an anchor that exists")
+        if st["state"] == "gone":
+            raise ToolError(f"cannot verify: {st['detail']}, the code it names no longer exists; delete the fact, "
+                            "or write it again anchored to where that code lives now")
+        root = Path(row.root)
+        where = (row.path, row.symbol)
+        if st["state"] == "stale" and where != (path, symbol) and self._locate(root, *where)[0] != "ok":
+            where = (path, symbol)
+        kind, fp = self._locate(root, *where)
+        if kind != "ok" or fp is None:
+            raise ToolError(f"cannot verify: {anchor_label(*where)} {'does not parse' if kind == 'unparsable' else 'is missing'}"
+                            + (f" ({fp})" if kind == "unparsable" else ""))
+        was = st["state"]
+        row.path, row.symbol, row.fingerprint, row.verified = where[0], where[1], fp, time.time()
+        self._save(entity, text, row)
+        at = "" if where == (path, symbol) else f" (the anchor follows it to {anchor_label(*where)})"
+        return (f"Verified {_q(text)}: recorded {anchor_label(*where)} as it is now{at}; "
+                f"it was {was}, now {'current' if not at else 'moved'}.")
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -1426,8 +1985,7 @@ def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: in
     types = {e.name: e.entityType for e in graph.entities}
     results = []
     for query, entity, fact, _source in probes:
-        scored, terms = index.rank_facts(query, strength)
-        packed = pack_facts(query, scored, terms, budget, types, lambda f: "")
+        packed = pack_facts(query, index.rank_facts(query, strength), budget, types, lambda f: "")
         shown = {(f.entity, f.text) for f in packed.shown}
         hit = (entity, fact) in shown if fact else any(e == entity for e, _ in shown)
         results.append(ProbeResult(query, entity, fact, hit))
@@ -1601,7 +2159,7 @@ class Memory:
         self.client = client
         self.lock = threading.RLock()
         self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
-        self._reference_cache: tuple[int, int] | None = None
+        self._reference_cache: tuple[int, list[int]] | None = None
         self.anchors = AnchorChecker(self)
 
     # ── reading ──
@@ -1861,9 +2419,9 @@ class Memory:
         if not query.strip():
             return self._ledger("search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
         docs = self.index.match_entities(query)
-        scored, terms = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        ranking = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
         fact_scores: dict[str, list[ScoredFact]] = {}
-        for fact in scored:
+        for fact in ranking.facts:
             fact_scores.setdefault(fact.entity, []).append(fact)
         words = [w for w in query.lower().split() if w]
 
@@ -1967,10 +2525,10 @@ class Memory:
             raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
-        scored, terms = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        ranking = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
         types = {e.name: e.entityType for e in graph.entities}
         now = time.time()
-        packed = pack_facts(query, scored, terms, budget, types,
+        packed = pack_facts(query, ranking, budget, types,
                             lambda f: self._fact_flags(f.entity, f.text, now))
         fading = sum(1 for f in packed.shown if self.strength(f.entity, f.text) < FADING_RETENTION)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
@@ -1987,8 +2545,8 @@ class Memory:
         for f in packed.shown:
             shown.setdefault(f.entity, []).append(f.text)
         self._remember_result(query, shown)
-        reference = _reference_graph_json([graph.get(n) for n in shown], graph.relations_of(set(shown))) if shown else ""
-        self._record("recall", text, reference)
+        docs = [d for d in self.index.docs if d.name in shown]
+        self._record("recall", text, self._reference_tokens(graph, docs) if shown else 0)
         return text
 
     def mark_fact(self, entityName: str, observation: str, action: str) -> str:
@@ -2199,18 +2757,31 @@ class Memory:
 
     # ── receipts and probes ──
     def _ledger(self, tool: str, args: dict[str, Any], text: str, graph: Graph) -> str:
+        """Record tokens returned beside what the reference server would have returned for the same call."""
         if tool == "read_graph":
-            key = (self.store.generation, id(graph))
-            if not self._reference_cache or self._reference_cache[0] != key:
-                self._reference_cache = (key, estimate_tokens(reference_answer_text(graph, tool, args)))
-            reference_tokens = self._reference_cache[1]
+            docs = self.index.docs
+        elif tool == "search_nodes":
+            docs = self.index.reference_matches(str(args.get("query", "")))
         else:
-            reference_tokens = estimate_tokens(reference_answer_text(graph, tool, args))
-        self.meta.record_call(tool, self.client, estimate_tokens(text), reference_tokens)
+            wanted = set(args.get("names") or [])
+            docs = [d for d in self.index.docs if d.name in wanted]
+        self._record(tool, text, self._reference_tokens(graph, docs))
         return text
 
-    def _record(self, tool: str, text: str, reference: str) -> None:
-        self.meta.record_call(tool, self.client, estimate_tokens(text), estimate_tokens(reference))
+    def _reference_tokens(self, graph: Graph, docs: list[EntityDoc]) -> int:
+        if self._reference_cache is None or self._reference_cache[0] != self.store.generation:
+            sizes = [pretty_item_size({"from": r.frm, "to": r.to, "relationType": r.relationType}) for r in graph.relations]
+            self._reference_cache = (self.store.generation, sizes)
+        rel_sizes = self._reference_cache[1]
+        names = {d.name for d in docs}
+        if len(docs) == len(self.index.docs):
+            chosen = rel_sizes
+        else:
+            chosen = [size for r, size in zip(graph.relations, rel_sizes) if r.frm in names or r.to in names]
+        return (reference_size([d.ref_size for d in docs], chosen) + 3) // 4
+
+    def _record(self, tool: str, text: str, reference_tokens: int) -> None:
+        self.meta.record_call(tool, self.client, estimate_tokens(text), reference_tokens)
 
     def _remember_result(self, query: str, shown: dict[str, list[str]]) -> None:
         now = time.time()
@@ -2578,10 +3149,14 @@ class UiApi:
         return {"ok": ok, "message": text}
 
 
+UI_REFUSALS = ("refused", "skipped", "Nothing", "Not found", "not found", "Deleted 0", "Already existed", ": -0",
+               "Created 0", "No archived")
+
+
 def _tool(name: str, build: Callable[..., dict[str, Any]]) -> Callable[..., tuple[str, bool]]:
     def run(memory: Memory, *args: Any) -> tuple[str, bool]:
         text, is_error = memory.call_tool(name, build(*args))
-        refused = "refused" in text or text.startswith("Nothing") or "skipped" in text
+        refused = any(sign in text for sign in UI_REFUSALS)
         return text, not is_error and not refused
     return run
 
@@ -2718,6 +3293,9 @@ def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
                     self._json(404, {"error": f"no such endpoint {url.path}"})
             except (ValueError, OSError) as err:
                 self._json(400, {"error": str(err)})
+            except Exception as err:
+                log(f"UI read failed: {err!r}")
+                self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})
 
         def do_POST(self) -> None:
             if not self._guard():
@@ -2743,7 +3321,11 @@ def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
             except (ValueError, UnicodeDecodeError) as err:
                 self._json(400, {"error": f"invalid JSON body: {err}"})
                 return
-            self._json(200, api.op(body))
+            try:
+                self._json(200, api.op(body))
+            except Exception as err:  # the page gets a message, the server keeps serving
+                log(f"UI op failed: {err!r}")
+                self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})
 
         do_HEAD = do_GET
 

@@ -243,6 +243,17 @@ def test_graph_shape(srv):
     assert isinstance(hist["changes"], list)
 
 
+def test_search_every_term_must_match(srv):
+    q = lambda text: srv.get_json("/api/search?q=" + urllib.parse.quote(text))
+    assert "Alpha" in q("8080")["entities"]                    # a fact
+    assert "Alpha" in q("alpha 8080")["entities"]              # name + fact, any case
+    assert "Beta" in q("person")["entities"]                   # a type
+    assert "Beta" in q("maintains")["entities"]                # a fact or relation type
+    assert q("alpha zzzunknownzzz")["entities"] == []          # every term must match
+    res = q("8080")
+    assert res["query"] == "8080" and isinstance(res["archivedHits"], list)
+
+
 def test_hostile_names_roundtrip_as_plain_json(srv):
     res = srv.op(op="create_entity", name=XSS2, entityType="<i>t</i>")
     assert res["ok"], res

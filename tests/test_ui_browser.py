@@ -190,6 +190,32 @@ def test_search_finds_facts_and_undo_button_works(page, server):
     assert "to be undone" not in file_entities(server["path"])["Beta"]["observations"]
 
 
+def test_keyboard_and_theme(page):
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.press("/", "Slash", 191)
+    assert page.evaluate("document.activeElement.id") == "search"
+    page.type_text("Alpha")
+    page.wait_for("document.querySelectorAll('#search-results [data-goto]').length > 0", timeout=5)
+    page.press("Enter", "Enter", 13)
+    page.wait_for("(document.getElementById('entity-name') || {}).textContent === 'Alpha'", timeout=5)
+    page.evaluate("(() => { const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); })()")
+    # one entity node is in the tab order, and Enter on it opens it
+    assert page.evaluate("document.querySelectorAll('[data-entity][tabindex=\"0\"]').length") == 1
+    page.evaluate("(%s).focus()" % node_js("Beta"))
+    page.press("Enter", "Enter", 13)
+    page.wait_for("(document.getElementById('entity-name') || {}).textContent === 'Beta'", timeout=5)
+    page.evaluate("document.getElementById('graph').focus()")
+    page.press("Escape", "Escape", 27)
+    page.wait_for("document.getElementById('entity-name') === null", timeout=5)
+    # theme toggle is remembered
+    before = page.evaluate("document.documentElement.dataset.theme || ''")
+    page.click("document.getElementById('theme-btn')")
+    after = page.evaluate("document.documentElement.dataset.theme")
+    assert after in ("light", "dark") and after != before
+    assert page.evaluate("localStorage.getItem('graphmem-theme')") == after
+    page.click("document.getElementById('theme-btn')")
+
+
 def test_no_javascript_errors(page):
     page.pump(0.1)
     errors = [e["params"]["exceptionDetails"].get("text", "") + " " +

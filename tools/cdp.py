@@ -137,7 +137,7 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="graphmem-chromium-")
         args = [self.binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-default-apps", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+                "--disable-default-apps", "--disable-extensions", "--disable-dev-shm-usage", "--mute-audio", "--hide-scrollbars",
                 "--remote-debugging-port=0", "--user-data-dir=" + self.profile,
                 "--window-size=%d,%d" % (width, height), "about:blank"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

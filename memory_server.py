@@ -709,6 +709,7 @@ SCHEMA = [
     CREATE TABLE IF NOT EXISTS anchors(
         entity TEXT NOT NULL, text TEXT NOT NULL, root TEXT NOT NULL, path TEXT NOT NULL,
         symbol TEXT NOT NULL DEFAULT '', fingerprint TEXT NOT NULL, verified REAL NOT NULL,
+        mtime_ns INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL DEFAULT -1,
         PRIMARY KEY(entity, text)) WITHOUT ROWID;
     """,
 ]
@@ -1073,8 +1074,47 @@ class Ranking:
     weak: int                  # matched, but under the relevance gate
 
 
-RANK_POOL = 2000        # candidates scored in full; the rest only counted
-EMBED_POOL = 300        # candidates re-ranked with the embedder
+RANK_POOL = 400         # candidates scored in full (embedder, strength); the rest only counted
+
+
+class PrefixIndex:
+    """word -> ids, with a sorted vocabulary so a prefix finds its words by bisection."""
+
+    def __init__(self) -> None:
+        self.postings: dict[str, set[int]] = {}
+        self._vocab: list[str] = []
+        self._sorted = True
+
+    def add(self, word: str, ident: int) -> None:
+        bucket = self.postings.get(word)
+        if bucket is None:
+            bucket = self.postings[word] = set()
+            self._sorted = False
+        bucket.add(ident)
+
+    def discard(self, word: str, ident: int) -> None:
+        bucket = self.postings.get(word)
+        if bucket is not None:
+            bucket.discard(ident)
+
+    def words_with_prefix(self, prefix: str) -> Iterator[str]:
+        if not self._sorted:
+            self._vocab = sorted(self.postings)
+            self._sorted = True
+        i = bisect.bisect_left(self._vocab, prefix)
+        while i < len(self._vocab) and self._vocab[i].startswith(prefix):
+            yield self._vocab[i]
+            i += 1
+
+    def match(self, term: "Term") -> dict[int, float]:
+        """id -> best weight of any variant of the term (a variant matches the words it is a prefix of)."""
+        found: dict[int, float] = {}
+        for prefix, weight in term.variants:
+            for word in self.words_with_prefix(prefix):
+                for i in self.postings[word]:
+                    if found.get(i, 0.0) < weight:
+                        found[i] = weight
+        return found
 
 
 class SearchIndex:
@@ -1084,13 +1124,11 @@ class SearchIndex:
         self.docs: list[EntityDoc] = []
         self._cache: dict[tuple[str, int], tuple[tuple, EntityDoc]] = {}
         self._generation = -1
-        self.postings: dict[str, set[int]] = {}
-        self.head_postings: dict[str, set[int]] = {}    # stem -> ids of docs whose name/type has it
-        self.rel_postings: dict[str, set[int]] = {}
+        self.facts_ix = PrefixIndex()      # fact stems -> fact ids
+        self.heads_ix = PrefixIndex()      # name and type stems -> entity ids
+        self.rels_ix = PrefixIndex()       # relation type stems -> entity ids
         self.fact_of: dict[int, tuple[EntityDoc, int]] = {}
         self.doc_of: dict[int, EntityDoc] = {}
-        self.vocab: list[str] = []
-        self._vocab_set: set[str] = set()
         self._next_id = 0
         self.fact_total = 0
         self.len_total = 0
@@ -1136,22 +1174,16 @@ class SearchIndex:
         self.doc_of[doc_id] = doc
         doc.fids = [doc_id]
         for stem_ in set(doc.head):
-            self.head_postings.setdefault(stem_, set()).add(doc_id)
+            self.heads_ix.add(stem_, doc_id)
         for stem_ in set(doc.rels):
-            self.rel_postings.setdefault(stem_, set()).add(doc_id)
+            self.rels_ix.add(stem_, doc_id)
         for i, stems in enumerate(doc.fact_stems):
             fid = self._next_id
             self._next_id += 1
             doc.fids.append(fid)
             self.fact_of[fid] = (doc, i)
             for stem_ in set(stems.split()):
-                bucket = self.postings.get(stem_)
-                if bucket is None:
-                    bucket = self.postings[stem_] = set()
-                    if stem_ not in self._vocab_set:
-                        self._vocab_set.add(stem_)
-                        bisect.insort(self.vocab, stem_)
-                bucket.add(fid)
+                self.facts_ix.add(stem_, fid)
             self.fact_total += 1
             self.len_total += doc.fact_lens[i]
 
@@ -1159,33 +1191,15 @@ class SearchIndex:
         doc_id, fids = doc.fids[0], doc.fids[1:]
         self.doc_of.pop(doc_id, None)
         for stem_ in set(doc.head):
-            self.head_postings.get(stem_, set()).discard(doc_id)
+            self.heads_ix.discard(stem_, doc_id)
         for stem_ in set(doc.rels):
-            self.rel_postings.get(stem_, set()).discard(doc_id)
+            self.rels_ix.discard(stem_, doc_id)
         for i, fid in enumerate(fids):
             for stem_ in set(doc.fact_stems[i].split()):
-                self.postings.get(stem_, set()).discard(fid)
+                self.facts_ix.discard(stem_, fid)
             self.fact_of.pop(fid, None)
             self.fact_total -= 1
             self.len_total -= doc.fact_lens[i]
-
-    def _words_with_prefix(self, prefix: str) -> Iterator[str]:
-        i = bisect.bisect_left(self.vocab, prefix)
-        while i < len(self.vocab) and self.vocab[i].startswith(prefix):
-            yield self.vocab[i]
-            i += 1
-
-    def _match(self, term: Term, postings: dict[str, set[int]]) -> dict[int, float]:
-        """id -> best weight of any variant of the term (a variant matches words it is a prefix of)."""
-        found: dict[int, float] = {}
-        for prefix, weight in term.variants:
-            words = self._words_with_prefix(prefix) if postings is self.postings else \
-                (w for w in postings if w.startswith(prefix))
-            for word in words:
-                for i in postings.get(word, ()):
-                    if found.get(i, 0.0) < weight:
-                        found[i] = weight
-        return found
 
     def vector(self, entity: str, text: str) -> dict[int, float]:
         key = (entity, text)
@@ -1205,10 +1219,10 @@ class SearchIndex:
         n = self.fact_total
         acc: dict[int, float] = {}
         for term in terms:
-            weights = self._match(term, self.postings)
+            weights = self.facts_ix.match(term)
             term.idf = math.log(1.0 + (n - len(weights) + 0.5) / (len(weights) + 0.5))
-            for context, factor in ((self.head_postings, 0.5), (self.rel_postings, 0.3)):
-                for doc_id, w in self._match(term, context).items():
+            for context, factor in ((self.heads_ix, 0.5), (self.rels_ix, 0.3)):
+                for doc_id, w in context.match(term).items():
                     doc = self.doc_of.get(doc_id)
                     for fid in doc.fids[1:] if doc else ():
                         if weights.get(fid, 0.0) < factor * w:
@@ -1219,17 +1233,20 @@ class SearchIndex:
         if not acc:
             return Ranking([], terms, 0, 0)
         k1, b, avg = 1.2, 0.5, self.avg_len
-        for fid, value in acc.items():
+        # length normalisation only for the raw top: it moves a score by well under 3x
+        raw_top = heapq.nlargest(3 * RANK_POOL, acc.items(), key=lambda kv: kv[1]) if len(acc) > 3 * RANK_POOL \
+            else list(acc.items())
+        for fid, value in raw_top:
             doc, i = self.fact_of[fid]
             acc[fid] = value * (k1 + 1) / (1 + k1 * (1 - b + b * doc.fact_lens[i] / avg))
-        pool = heapq.nlargest(RANK_POOL, acc.items(), key=lambda kv: kv[1])
+        pool = heapq.nlargest(RANK_POOL, ((fid, acc[fid]) for fid, _ in raw_top), key=lambda kv: kv[1])
         best = pool[0][1]
         qvec = embed(query)
         scored = []
-        for rank, (fid, lexical) in enumerate(pool):
+        for fid, lexical in pool:
             doc, i = self.fact_of[fid]
             text = doc.facts[i]
-            similarity = max(cosine(qvec, self.vector(doc.name, text)), 0.0) if rank < EMBED_POOL else 0.0
+            similarity = max(cosine(qvec, self.vector(doc.name, text)), 0.0)
             score = (0.75 * lexical / best + 0.25 * similarity) * (0.8 + 0.2 * strength(doc.name, text))
             if penalty:
                 score *= penalty(doc.name, text)
@@ -1238,7 +1255,10 @@ class SearchIndex:
             scored.append(ScoredFact(doc.name, text, score, lexical, matched))
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
         gate = GATE_RATIO * scored[0].score
-        weak = sum(1 for f in scored if f.score < gate) + (len(acc) - len(pool))
+        weak = sum(1 for f in scored if f.score < gate)
+        if len(acc) > len(pool):  # not scored in full: weak unless lexically as strong as a gated fact
+            floor = GATE_RATIO * best
+            weak += sum(1 for v in acc.values() if v < floor) - sum(1 for _, v in pool if v < floor)
         return Ranking(scored, terms, len(acc), weak)
 
     # ── entity matching (search_nodes): every term must match somewhere ──
@@ -1612,6 +1632,8 @@ class _AnchorRow:
     symbol: str
     fingerprint: str
     verified: float
+    mtime_ns: int = 0   # stamp of `path` when the fingerprint last matched there (size -1: none trusted yet);
+    size: int = -1      # an unchanged stamp means unchanged code, so a restarted server need not parse it
 
 
 class _FileFacts:
@@ -1735,16 +1757,17 @@ class AnchorChecker:
     # ── the anchors table ──
     def _row(self, entity: str, text: str) -> _AnchorRow | None:
         row = self.memory.meta.conn.execute(
-            "SELECT root, path, symbol, fingerprint, verified FROM anchors WHERE entity=? AND text=?",
+            "SELECT root, path, symbol, fingerprint, verified, mtime_ns, size FROM anchors WHERE entity=? AND text=?",
             (entity, text)).fetchone()
         return _AnchorRow(*row) if row else None
 
     def _save(self, entity: str, text: str, row: _AnchorRow) -> None:
         try:
             with self.memory.meta.write() as conn:
-                conn.execute("INSERT OR REPLACE INTO anchors(entity, text, root, path, symbol, fingerprint, verified)"
-                             " VALUES (?,?,?,?,?,?,?)",
-                             (entity, text, row.root, row.path, row.symbol, row.fingerprint, row.verified))
+                conn.execute("INSERT OR REPLACE INTO anchors(entity, text, root, path, symbol, fingerprint, verified,"
+                             " mtime_ns, size) VALUES (?,?,?,?,?,?,?,?,?)",
+                             (entity, text, row.root, row.path, row.symbol, row.fingerprint, row.verified,
+                              row.mtime_ns, row.size))
         except sqlite3.Error as err:  # a read must still answer; the record is retried next time
             log(f"warning: cannot record the code anchor of {short(text, 60)!r}: {err}")
 
@@ -1754,9 +1777,30 @@ class AnchorChecker:
         kind, fp = self._locate(root, path, symbol)
         if kind != "ok" or fp is None:
             return None
-        row = _AnchorRow(str(root), path, symbol, fp, time.time())
+        row = _AnchorRow(str(root), path, symbol, fp, time.time(), *self._trusted_stamp(root, path))
         self._save(entity, text, row)
         return row
+
+    def _trusted_stamp(self, root: Path, path: str) -> tuple[int, int]:
+        """(mtime_ns, size) of a file just fingerprinted, if no write can hide behind it; else (0, -1)."""
+        info = self.files.get(str(root / path))
+        return info.stamp if info is not None and info.trusted else (0, -1)
+
+    def _unchanged_since_match(self, root: Path, row: _AnchorRow) -> bool:
+        if row.size < 0:
+            return False
+        try:
+            st = (root / row.path).stat()
+        except (OSError, ValueError):
+            return False
+        return (st.st_mtime_ns, st.st_size) == (row.mtime_ns, row.size)
+
+    def _confirm(self, entity: str, text: str, row: _AnchorRow, root: Path) -> None:
+        """The fingerprint matched at row.path: remember that file's stamp (a write only when it changed)."""
+        stamp = self._trusted_stamp(root, row.path)
+        if stamp != (row.mtime_ns, row.size):
+            row.mtime_ns, row.size = stamp
+            self._save(entity, text, row)
 
     # ── write time ──
     def check_new(self, text: str) -> str | None:
@@ -1852,14 +1896,21 @@ class AnchorChecker:
     def _evaluate(self, entity: str, text: str, row: _AnchorRow, root: Path, path: str, symbol: str) -> dict[str, str]:
         base, named, held = row.fingerprint, (path, symbol), (row.path, row.symbol)
         edited = "body edited" if symbol else "file edited"
+        if self._unchanged_since_match(root, row):  # not even parsed: the file is as it was when it matched
+            if held == named:
+                return {"state": "current", "detail": f"{anchor_label(*named)} unchanged"}
+            return {"state": "moved", "detail": f"now at {anchor_label(*held)}"}
         kind, found = self._locate(root, path, symbol)
         if kind == "ok" and found == base:
             if held != named:  # the code came back to where the fact says
                 self._follow_to(entity, text, row, named)
+            else:
+                self._confirm(entity, text, row, root)
             return {"state": "current", "detail": f"{anchor_label(*named)} unchanged"}
         if held != named:  # the anchor followed a move earlier
             held_kind, held_found = self._locate(root, *held)
             if held_kind == "ok" and held_found == base:
+                self._confirm(entity, text, row, root)
                 return {"state": "moved", "detail": f"now at {anchor_label(*held)}"}
             if held_kind == "ok":
                 return {"state": "stale", "detail": f"{edited} (now at {anchor_label(*held)})"}
@@ -1879,6 +1930,7 @@ class AnchorChecker:
 
     def _follow_to(self, entity: str, text: str, row: _AnchorRow, where: tuple[str, str]) -> None:
         row.path, row.symbol = where
+        row.mtime_ns, row.size = self._trusted_stamp(Path(row.root), row.path)
         self._save(entity, text, row)
 
     def _find_moved(self, root: Path, base: str, symbol: str, near: list[str]) -> tuple[str, str] | None:
@@ -1959,6 +2011,7 @@ class AnchorChecker:
                             + (f" ({fp})" if kind == "unparsable" else ""))
         was = st["state"]
         row.path, row.symbol, row.fingerprint, row.verified = where[0], where[1], fp, time.time()
+        row.mtime_ns, row.size = self._trusted_stamp(root, row.path)
         self._save(entity, text, row)
         at = "" if where == (path, symbol) else f" (the anchor follows it to {anchor_label(*where)})"
         return (f"Verified {_q(text)}: recorded {anchor_label(*where)} as it is now{at}; "

@@ -243,14 +243,25 @@ def test_footer_says_how_many_were_left_out_by_budget(tmp_path):
 
 
 def test_pack_facts_hard_budget_even_when_footer_alone_is_long():
-    """The packer's own guarantee ("the hard guarantee, whatever the estimates said"), at the minimum budget
+    """The packer's own guarantee ("the hard guarantee, whatever the estimates said") at the minimum budget,
     with a long query and very many matches: the footer alone must not break it."""
-    n = 220_000
-    scored = [ms.ScoredFact("E", f"fact {i}", 1.0 if i % 2 == 0 else 0.1, 1.0, ["alpha"]) for i in range(n)]
-    terms = ms.query_terms("alpha beta")
-    packed = ms.pack_facts("alpha beta " * 20, scored, terms, 50, {"E": "note"}, lambda f: "")
-    assert packed.matched == n
+    facts = [ms.ScoredFact("E", f"fact {i}", 1.0, 1.0, ["alpha"]) for i in range(10_000)]
+    ranking = ms.Ranking(facts, ms.query_terms("alpha beta"), 1_000_000, 990_000)
+    packed = ms.pack_facts("alpha beta " * 20, ranking, 50, {"E": "note"}, lambda f: "")
+    assert packed.matched == 1_000_000
     assert ms.estimate_tokens(packed.text) <= 50, packed.text
+
+
+def test_equally_relevant_facts_are_never_called_below_the_gate(tmp_path):
+    """More matches than the ranker scores in full: the rest are as relevant as the shown ones, so the footer
+    must not blame the relevance gate for them."""
+    entities = [(f"svc{i:03d}", "service", [f"deploy step {i} runs task {j}" for j in range(10)]) for i in range(250)]
+    mem = make_memory(tmp_path, entities)
+    text = call(mem, "recall", {"query": "deploy step", "budget": 100_000})
+    shown, n = parse_recall(_strip_extras(text))
+    assert n["matched"] == 2500
+    assert n["gate"] == 0, text.split("\n")[-1]
+    assert n["shown"] + n["left"] == 2500
 
 
 # ---------------------------------------------------------------- relevance gate

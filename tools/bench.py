@@ -502,6 +502,13 @@ def section_latency(b: Bench, args) -> dict:
     title("2. latency: per call, ms (cold = fresh Memory on a fresh copy, first call; warm = median)")
     print(f"sizes: {', '.join(f'{s:,}' for s in sizes)} facts (same generator; ~5 facts per entity)"
           + ("  [--quick: 100k skipped]" if args.quick else ""))
+    try:
+        load = os.getloadavg()[0]
+        cpus = os.cpu_count() or 1
+        print(f"machine: {cpus} CPUs, load average {load:.2f} at start"
+              + ("  [WARNING: the machine is busy; timings are inflated]" if load > 0.8 * cpus else ""))
+    except OSError:
+        pass
     rows = []
     results = {}
     for size in sizes:

@@ -65,6 +65,15 @@ def timed(fn) -> tuple[float, object]:
     return (time.perf_counter() - start) * 1000.0, result
 
 
+def measure(memory: "ms.Memory", tool: str, arguments: dict, repeat: int) -> tuple[float, float, int, int]:
+    """(first ms, warm median ms, hash_count during the first, hash_count during the warm ones)."""
+    before = memory.anchors.hash_count
+    first, _ = timed(lambda: memory.call_tool(tool, arguments))
+    first_hashes = memory.anchors.hash_count - before
+    warm = [timed(lambda: memory.call_tool(tool, arguments))[0] for _ in range(repeat)]
+    return first, statistics.median(warm), first_hashes, memory.anchors.hash_count - before - first_hashes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=sysconfig.get_paths()["stdlib"])
@@ -88,33 +97,41 @@ def main() -> int:
         write_hashes = writer.anchors.hash_count
         del writer
 
-        memory = ms.Memory(settings, client="bench")  # a fresh server: cold fingerprint cache
         names = [e["name"] for e in entities]
-        anchors = memory.anchors
-
-        def answer(tool: str, arguments: dict) -> tuple[float, float, int, int]:
-            before = anchors.hash_count
-            first, _ = timed(lambda: memory.call_tool(tool, arguments))
-            first_hashes = anchors.hash_count - before
-            warm = []
-            for _ in range(args.repeat):
-                ms_, _ = timed(lambda: memory.call_tool(tool, arguments))
-                warm.append(ms_)
-            return first, statistics.median(warm), first_hashes, anchors.hash_count - before - first_hashes
-
-        open_first, open_warm, open_h1, open_h2 = answer("open_nodes", {"names": names})
-        recall_first, recall_warm, recall_h1, recall_h2 = answer("recall", {"query": "relied on here fact"})
-        stale = sum(1 for e in entities if anchors.is_stale(e["name"], e["observations"][0]))
+        scenarios = [
+            ("restart, files unchanged since recorded", "keep"),
+            ("restart, every file touched (stamps unknown: all parsed)", "forget"),
+            ("anchors off (baseline without checks)", "off"),
+        ]
+        results = []
+        for label, mode in scenarios:
+            memory = ms.Memory(settings, client="bench")  # a fresh server: cold fingerprint cache
+            if mode == "forget":
+                with memory.meta.write() as conn:
+                    conn.execute("UPDATE anchors SET mtime_ns=0, size=-1")
+            if mode == "off":
+                off = ms.AnchorChecker.__new__(ms.AnchorChecker)
+                off.hash_count = 0
+                off.note = lambda e, t: ""
+                off.is_stale = lambda e, t: False
+                off.rank_penalty = lambda e, t: 1.0
+                memory.anchors = off
+            rows = [(tool, *measure(memory, tool, arguments, args.repeat))
+                    for tool, arguments in (("open_nodes", {"names": names}),
+                                            ("recall", {"query": "relied on here fact"}))]
+            stale = 0 if mode == "off" else sum(
+                1 for e in entities if memory.anchors.is_stale(e["name"], e["observations"][0]))
+            results.append((label, rows, stale))
+            del memory
 
     print(f"project root: {root}")
     print(f"anchored facts: {stored} of {len(symbols)} written ({files} files); write error: {is_error}")
     print(f"write: {write_ms:.0f} ms for all facts, {write_hashes} file parses/hashes")
-    print(f"open_nodes over {len(names)} entities: first {open_first:.1f} ms ({open_h1} parses/hashes), "
-          f"warm median {open_warm:.1f} ms ({open_h2} parses/hashes over {args.repeat} answers)")
-    print(f"recall over all facts: first {recall_first:.1f} ms ({recall_h1} parses/hashes), "
-          f"warm median {recall_warm:.1f} ms ({recall_h2} parses/hashes over {args.repeat} answers)")
-    print(f"hash_count total on the reading server: {anchors.hash_count}; racy re-reads: {anchors.racy_reads}; "
-          f"stale or gone: {stale}")
+    for label, rows, stale in results:
+        print(f"{label}: stale or gone {stale}")
+        for tool, first, warm, h1, h2 in rows:
+            print(f"  {tool:<10} first {first:8.1f} ms ({h1} parses/hashes)   "
+                  f"warm median {warm:7.1f} ms ({h2} parses/hashes in {args.repeat} answers)")
     return 0
 
 

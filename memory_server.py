@@ -1567,34 +1567,65 @@ def _is_docstring(node: ast.AST) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
+_AST_SKIP = frozenset({"type_comment", "kind", "ctx"})  # formatting, or implied by position
+
+
 class _AstForm:
-    """Canonical text of a syntax tree: no positions, comments, formatting or docstrings."""
+    """Canonical text of a syntax tree: no positions, comments, formatting or docstrings.
+
+    A def or class is written as repr(name) + ":" + its nameless form, and the nameless forms
+    are kept, so every node is visited once however deep the symbols nest."""
 
     def __init__(self) -> None:
-        self.memo: dict[int, str] = {}
+        self.nameless: dict[int, str] = {}
 
     def of(self, node: ast.AST, nameless: bool = False) -> str:
-        if not nameless and id(node) in self.memo:
-            return self.memo[id(node)]
-        parts = [type(node).__name__, "("]
-        for field, value in ast.iter_fields(node):
-            if field in ("type_comment", "kind") or (nameless and field == "name"):
-                continue
-            if field == "body" and isinstance(node, _ANCHOR_DEFS + (ast.Module,)) and value and _is_docstring(value[0]):
-                value = value[1:]
-            parts += [field, "=", self._value(value), ","]
-        parts.append(")")
-        text = "".join(parts)
-        if not nameless:
-            self.memo[id(node)] = text
+        if nameless and isinstance(node, _ANCHOR_DEFS):
+            return self._nameless(node)
+        out: list[str] = []
+        self._write(node, out)
+        return "".join(out)
+
+    def _nameless(self, node: Any) -> str:
+        text = self.nameless.get(id(node))
+        if text is None:
+            out = [type(node).__name__, "("]
+            body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
+            for field in node._fields:
+                if field == "name" or field in _AST_SKIP:
+                    continue
+                out += [field, "="]
+                self._write_value(body if field == "body" else getattr(node, field, None), out)
+                out.append(",")
+            out.append(")")
+            text = self.nameless[id(node)] = "".join(out)
         return text
 
-    def _value(self, value: Any) -> str:
-        if isinstance(value, ast.AST):
-            return self.of(value)
-        if isinstance(value, list):
-            return "[" + ",".join(self._value(v) for v in value) + "]"
-        return repr(value)
+    def _write(self, node: Any, out: list[str]) -> None:
+        cls = type(node)
+        if cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            out += [repr(node.name), ":", self._nameless(node)]
+            return
+        out += [cls.__name__, "("]
+        for field in cls._fields:
+            if field in _AST_SKIP:
+                continue
+            out += [field, "="]
+            self._write_value(getattr(node, field, None), out)
+            out.append(",")
+        out.append(")")
+
+    def _write_value(self, value: Any, out: list[str]) -> None:
+        if type(value) is list:
+            out.append("[")
+            for item in value:
+                self._write_value(item, out)
+                out.append(",")
+            out.append("]")
+        elif isinstance(value, ast.AST):
+            self._write(value, out)
+        else:
+            out.append(repr(value))
 
 
 def python_symbols(tree: ast.Module) -> dict[str, str]:

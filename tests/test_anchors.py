@@ -425,6 +425,42 @@ def test_large_repo_answers_without_rehashing(tmp_path):
     ok(m, "open_nodes", {"names": names})
     ok(m, "recall", {"query": "adds its number"})
     assert anchors.hash_count == after_search
+    # a restarted server reads each file's stamp from the anchors table: unchanged files are not parsed at all
+    fresh = make_memory(tmp_path, proj)
+    text = ok(fresh, "open_nodes", {"names": names})
+    assert text.count("[stale: body edited]") == 1 and text.count("[gone: symbol deleted]") == 1
+    assert fresh.anchors.hash_count <= 2 + 2000  # the stale file, and the search for the gone one
+    assert fresh.anchors.hash_count >= 1
+    before = fresh.anchors.hash_count
+    ok(fresh, "open_nodes", {"names": names})
+    assert fresh.anchors.hash_count == before
+
+
+def test_restart_parses_nothing_when_files_are_unchanged(tmp_path, project):
+    past = time.time() - 3600
+    for path in project.rglob("*"):
+        if path.is_file():
+            os.utime(path, (past, past))
+    m = make_memory(tmp_path, project)
+    ok(m, "create_entities", {"entities": [{"name": "scanner", "entityType": "module",
+                                            "observations": [RUN_FACT, HELPER_FACT, DEPLOY_FACT]}]})
+    fresh = make_memory(tmp_path, project)
+    assert "[" not in ok(fresh, "open_nodes", {"names": ["scanner"]}).split("\n", 1)[1].replace("[@", "")
+    assert fresh.anchors.hash_count == 0
+    edit(project / "src" / "scanner.py", "return x * 2", "return x * 3")
+    assert fresh.anchors.status("scanner", HELPER_FACT)["state"] == "stale"
+    assert fresh.anchors.status("scanner", RUN_FACT)["state"] == "current"
+
+
+def test_same_stamp_edit_right_after_a_read_is_still_seen(mem, project):
+    """A write in the same mtime tick as our read, same size: caught by re-reading recently modified files."""
+    src = project / "src" / "scanner.py"
+    assert state(mem, "scanner", HELPER_FACT)["state"] == "current"
+    st = src.stat()
+    edit(src, "return x * 2", "return x * 3")
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert src.stat().st_size == st.st_size
+    assert state(mem, "scanner", HELPER_FACT) == {"state": "stale", "detail": "body edited"}
 
 
 # ── through the real stdio server ──

@@ -887,6 +887,7 @@ him his how i if in into is it its itself just me more most my no nor not of off
 out over own same she should so some such than that the their theirs them then there these they this those
 through to too under until up very was we were what when where which while who whom why will with would you
 your yours yourself also did does get got know tell us let want need use used using one ones thing things
+s t d m ll re ve
 """.split())
 
 _WORD = re.compile(r"[^\W_]+")
@@ -1312,16 +1313,18 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
 
     marked = [False]
 
+    def partial(fact: ScoredFact) -> bool:  # under small budgets the marks would crowd out facts
+        return budget >= 400 and len(all_words) > 1 and set(fact.matched) != all_words
+
     def line(fact: ScoredFact) -> str:
-        partial = set(fact.matched) != all_words and len(all_words) > 1
-        mark = f" «{','.join(fact.matched) or '~'}»" if partial else ""
+        mark = f" «{','.join(fact.matched) or '~'}»" if partial(fact) else ""
         return f"- {fact.text}{mark}{notes(fact)}\n"
 
     def header(entity: str) -> str:
         return f"## {entity} [{types.get(entity, '?')}]\n"
 
     def render(shown: list[ScoredFact], left_budget: int) -> str:
-        marked[0] = any(set(f.matched) != all_words and len(all_words) > 1 for f in shown)
+        marked[0] = any(partial(f) for f in shown)
         groups: dict[str, list[ScoredFact]] = {}
         for fact in shown:
             groups.setdefault(fact.entity, []).append(fact)
@@ -1330,13 +1333,13 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
 
     def footer(n_shown: int, left_budget: int, used: int) -> str:
         if not scored:
-            return f'recall "{short(query, 80)}": nothing matched (try other words, or search_nodes).'
-        parts = [f'recall "{short(query, 80)}": {ranking.total} matched, {n_shown} shown (~{used}/{budget} tokens)']
+            return f'recall: nothing matched {_q(query, 60)} (try other words, or search_nodes).'
+        parts = [f"[{ranking.total} matched, {n_shown} shown, ~{used}/{budget} tokens"]
         if left_budget:
-            parts.append(f"{left_budget} left out by budget (raise budget)")
+            parts.append(f"{left_budget} left out by budget")
         if below_gate:
             parts.append(f"{below_gate} below relevance gate")
-        text = "; ".join(parts) + "."
+        text = "; ".join(parts) + "]"
         if marked[0]:
             text += " «» = query words a fact matched."
         return text
@@ -2154,8 +2157,8 @@ TOOLS: list[Tool] = [
     Tool("delete_relations", "Delete Relations", "Delete relations (exact from, to and relationType).",
          _obj({"relations": _arr(_RELATION_ITEM, "An array of relations to delete")}, ["relations"]),
          _annotations(False, True, True), "delete_relations"),
-    Tool("read_graph", "Read Graph", "Index of the whole graph: entity names by type with fact counts (no facts).",
-         _obj({}, []), _annotations(True, False, True), "read_graph"),
+    Tool("read_graph", "Read Graph", "Index of the graph: entity names by type with fact counts (no facts).",
+         _obj({"entityType": _s("List every entity of this type")}, []), _annotations(True, False, True), "read_graph"),
     Tool("search_nodes", "Search Nodes",
          "Find entities: every word must match a name, type, fact or relation type. Returns ranked names with "
          "matching lines; open_nodes for full entities.",
@@ -2477,18 +2480,41 @@ class Memory:
             return f"Deleted {removed} of {len(relations)} relation(s)."
         return self._mutate(f"delete {len(relations)} relation(s)", change)
 
-    def read_graph(self) -> str:
+    READ_GRAPH_PER_TYPE = 12
+
+    def read_graph(self, entityType: str | None = None) -> str:
+        """An index, not a dump: names by type, most connected first; a long type shows its top names and a count."""
         graph = self.graph()
         by_type: dict[str, list[Entity]] = {}
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
+        degree = self._degrees(graph)
         lines = [f"{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
-                 "Names by type (fact count); open_nodes or recall for facts."]
+                 "Names by type (fact count), most connected first; open_nodes or recall for facts."]
+        if entityType is not None:
+            if entityType not in by_type:
+                hint = did_you_mean(entityType, by_type)
+                return f"No entities of type {_q(entityType)}" + (f"; types: {', '.join(map(_q, hint or sorted(by_type)[:20]))}." if by_type else ".")
+            by_type = {entityType: by_type[entityType]}
+        cap = None if entityType is not None else self.READ_GRAPH_PER_TYPE
         for etype in sorted(by_type, key=str.lower):
-            names = sorted(by_type[etype], key=lambda e: e.name.lower())
-            lines.append(f"{etype}: " + "; ".join(f"{e.name} ({len(e.observations)})" for e in names))
+            names = sorted(by_type[etype], key=lambda e: (-degree.get(e.name, 0), e.name.lower()))
+            shown = names[:cap] if cap else names
+            line = f"{etype} ({len(names)}): " + "; ".join(f"{e.name} ({len(e.observations)})" for e in shown)
+            if len(shown) < len(names):
+                line += f"; +{len(names) - len(shown)} more: read_graph {{\"entityType\": {json.dumps(etype)}}}"
+            lines.append(line)
         lines += self._warnings(graph)
         return self._ledger("read_graph", {}, "\n".join(lines), graph)
+
+    @staticmethod
+    def _degrees(graph: Graph) -> dict[str, int]:
+        degree: dict[str, int] = {}
+        for r in graph.relations:
+            degree[r.frm] = degree.get(r.frm, 0) + 1
+            if r.to != r.frm:
+                degree[r.to] = degree.get(r.to, 0) + 1
+        return degree
 
     def _warnings(self, graph: Graph) -> list[str]:
         out = []
@@ -2516,32 +2542,38 @@ class Memory:
             return (-tier, -sum(f.score for f in facts[:3]), doc.name.lower())
 
         docs.sort(key=rank)
-        rel_count: dict[str, int] = {}
-        for r in graph.relations:
-            rel_count[r.frm] = rel_count.get(r.frm, 0) + 1
-            if r.to != r.frm:
-                rel_count[r.to] = rel_count.get(r.to, 0) + 1
-        if not docs:
-            text = f"No entities match {_q(query)} (every word must match a name, type, fact or relation type)."
-            if len(words) > 1:
-                text += " Try fewer words, or recall for ranked facts."
-            return self._ledger("search_nodes", {"query": query}, text, graph)
-        head = f"{len(docs)} match {_q(query)}"
-        head += (f", top {limit} shown (narrow the query or pass limit)" if len(docs) > limit else "") + \
-            ". open_nodes for full entities."
+        rel_count = self._degrees(graph)
+        fallback = False
+        if not docs:  # nothing has every word: offer the closest entities by ranking, and say so
+            order = list(dict.fromkeys(f.entity for f in ranking.facts))
+            by_name = {d.name: d for d in self.index.docs}
+            docs = [by_name[n] for n in order if n in by_name]
+            fallback = True
+            if not docs:
+                text = f"No entities match {_q(query)} (every word must match a name, type, fact or relation type)."
+                return self._ledger("search_nodes", {"query": query}, text, graph)
+        if fallback:
+            head = (f"No entity matches every word of {_q(query)}; {len(docs)} closest by ranking"
+                    + (f", top {limit} shown" if len(docs) > limit else "") + ". open_nodes for full entities.")
+        else:
+            head = f"{len(docs)} match {_q(query)}"
+            head += (f", top {limit} shown (narrow the query or pass limit)" if len(docs) > limit else "") + \
+                ". open_nodes for full entities."
         lines = [head]
         shown_facts: dict[str, list[str]] = {}
-        for doc in docs[:limit]:
+        for rank_, doc in enumerate(docs[:limit]):
             lines.append(f"- {doc.name} [{doc.etype}] {len(doc.facts)} facts, {rel_count.get(doc.name, 0)} rels")
-            snippets = [f.text for f in fact_scores.get(doc.name, []) if any(w in f.text.lower() for w in words)][:2]
-            if len(snippets) < 2:
-                snippets += [o for o in doc.facts if any(w in o.lower() for w in words) and o not in snippets][:2 - len(snippets)]
+            room = 2 if rank_ < 3 else 1  # two matching lines for the leaders, one for the rest
+            snippets = [f.text for f in fact_scores.get(doc.name, [])
+                        if fallback or any(w in f.text.lower() for w in words)][:room]
+            if len(snippets) < room:
+                snippets += [o for o in doc.facts if any(w in o.lower() for w in words) and o not in snippets][:room - len(snippets)]
             shown_facts[doc.name] = snippets
             for text in snippets:
                 lines.append(f"    › {self._snippet(text, words)}{self.anchors.note(doc.name, text)}")
-            if len(snippets) < 2:
+            if len(snippets) < room:
                 rels = [r.line() for r in graph.relations_of({doc.name}) if any(w in r.relationType.lower() for w in words)]
-                lines += [f"    › {line}" for line in rels[:2 - len(snippets)]]
+                lines += [f"    › {line}" for line in rels[:room - len(snippets)]]
         self._remember_result(query, shown_facts)
         return self._ledger("search_nodes", {"query": query}, "\n".join(lines + self._warnings(graph)), graph)
 
@@ -2549,9 +2581,9 @@ class Memory:
     def _snippet(text: str, words: list[str]) -> str:
         low = text.lower()
         positions = [low.find(w) for w in words if low.find(w) >= 0]
-        start = max(0, min(positions) - 50) if positions else 0
-        piece = text[start:start + 160]
-        return ("…" if start else "") + " ".join(piece.split()) + ("…" if start + 160 < len(text) else "")
+        start = max(0, min(positions) - 30) if positions else 0
+        piece = text[start:start + 120]
+        return ("…" if start else "") + " ".join(piece.split()) + ("…" if start + 120 < len(text) else "")
 
     OPEN_LIMIT_CHARS = 40_000
 

@@ -223,7 +223,7 @@ def test_sigkilled_writer_leaves_a_parseable_prefix_and_no_blocking_lock(tmp_pat
     assert entity_obs(data, "Crash") == expected
     assert entity_obs(data, "Check") == [fact("check", r) for r in range(15)]
     assert not list(tmp_path.glob("memory.jsonl.lock*"))
-    print(f"{left_locked} of 15 kills left the lock behind")
+    assert left_locked >= 1, "no kill landed while the writer held the lock: the stale-lock path went untested"
 
 
 def _dead_pid() -> int:

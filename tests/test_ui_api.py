@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,6 +75,7 @@ class UIServer:
                 self.proc.kill()
                 self.proc.wait(5)
         self.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- HTTP ---------------------------------------------------------------------
     def request(self, method, path, body=None, headers=None, key=True, host=None):

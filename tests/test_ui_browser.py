@@ -6,6 +6,7 @@ Skipped only when no Chromium binary is installed (Debian package `chromium`).
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,9 +50,14 @@ def server():
     with open(path, "w", encoding="utf-8") as fh:
         for obj in SEED:
             fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+    project = os.path.join(tmp, "project")
+    os.makedirs(project)
+    with open(os.path.join(project, "anchored.py"), "w") as fh:
+        fh.write("def helper():\n    return 1\n")
     err = open(os.path.join(tmp, "server.stderr"), "w+")
     proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open"], cwd=str(ROOT),
-                            env=dict(os.environ, MEMORY_FILE_PATH=path), stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, MEMORY_FILE_PATH=path, MEMORY_PROJECT_ROOT=project),
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=err, text=True)
     ready, _, _ = select.select([proc.stdout], [], [], 20)
     line = proc.stdout.readline() if ready else ""
@@ -60,13 +66,14 @@ def server():
         err.seek(0)
         pytest.fail("server printed no link (got %r); stderr: %s" % (line, err.read()[-2000:]))
     url = line.split("graphmem UI: ", 1)[1].strip()
-    yield {"url": url, "path": path, "proc": proc}
+    yield {"url": url, "path": path, "proc": proc, "project": project}
     proc.terminate()
     try:
         proc.wait(5)
     except subprocess.TimeoutExpired:
         proc.kill()
     err.close()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +221,28 @@ def test_keyboard_and_theme(page):
     assert after in ("light", "dark") and after != before
     assert page.evaluate("localStorage.getItem('graphmem-theme')") == after
     page.click("document.getElementById('theme-btn')")
+
+
+def test_stale_anchored_fact_can_be_confirmed(page, server):
+    fact = "helper lives in anchored.py [@anchored.py]"
+    select_entity(page, "Beta")
+    page.click("document.getElementById('add-fact-input')")
+    page.type_text(fact)
+    page.click("document.getElementById('add-fact-btn')")
+    row = "[...document.querySelectorAll('#facts-list .fact')].find((li) => li.dataset.fact === %s)" % js(fact)
+    page.wait_for("!!(%s)" % row, timeout=5)
+    assert page.evaluate("(%s).querySelector('.badge.anchor-current') !== null" % row)
+    with open(os.path.join(server["project"], "anchored.py"), "w") as fh:
+        fh.write("def helper():\n    return 2 + 40  # body edited\n")
+    page.navigate(server["url"])  # code changes do not touch the graph: load the page again
+    page.wait_for("document.querySelectorAll('[data-entity]').length >= 3", timeout=10)
+    select_entity(page, "Beta")
+    page.wait_for("(%s).classList.contains('stale')" % row, timeout=5)
+    assert page.evaluate("(%s).querySelector('[data-action=verify]') !== null" % row)
+    assert page.evaluate("(%s).querySelector('[data-action=archive]') !== null" % row)
+    page.click("(%s).querySelector('[data-action=verify]')" % row)
+    page.wait_for("!(%s).classList.contains('stale')" % row, timeout=5)
+    assert page.evaluate("document.getElementById('status').dataset.kind") == "ok"
 
 
 def test_no_javascript_errors(page):

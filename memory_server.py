@@ -282,10 +282,8 @@ def encode_entity_filename(name: str) -> str:
 
 
 def decode_entity_filename(stem: str) -> str | None:
-    if "~" in stem:
-        return None
-    if stem == "_":
-        return ""
+    if "~" in stem or not re.fullmatch(r"(?:[a-z0-9-]|_[0-9a-f]{2})*", stem):
+        return None if stem != "_" else ""
     data = bytearray()
     i = 0
     while i < len(stem):
@@ -295,7 +293,10 @@ def decode_entity_filename(stem: str) -> str | None:
         else:
             data.extend(stem[i].encode())
             i += 1
-    return data.decode("utf-8", "surrogatepass")
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
 
 
 @dataclasses.dataclass
@@ -507,6 +508,8 @@ class GraphStore:
 
     def _write_atomic(self, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.folder)
+        with contextlib.suppress(OSError):  # keep the file's mode (mkstemp makes 0600; the reference leaves 0644)
+            os.chmod(tmp, (os.stat(self.path).st_mode & 0o777) if self.path.exists() else 0o644)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -575,12 +578,10 @@ class GraphStore:
         return self.archive_dir / (encode_entity_filename(name) + ".md")
 
     def read_archive(self, name: str) -> list[ArchivedFact]:
-        path = self.archive_path(name)
         try:
-            text = path.read_text(encoding="utf-8")
+            return parse_archive(read_archive_text(self.archive_path(name)))
         except FileNotFoundError:
             return []
-        return parse_archive(text)
 
     def archived_count(self, name: str) -> int:
         return len(self.read_archive(name)) if self.archive_dir.exists() else 0
@@ -621,8 +622,14 @@ class GraphStore:
         os.replace(tmp, path)
 
 
+def read_archive_text(path: Path) -> str:
+    """Exactly what was written: no newline translation (a fact may hold \\r), lone surrogates kept."""
+    return path.read_bytes().decode("utf-8", "surrogatepass")
+
+
 def render_archive(name: str, facts: list[ArchivedFact]) -> str:
-    lines = [f"# Archived facts of {name}", f"<!-- graphmem archive; entity: {json.dumps(name)} -->"]
+    heading = json.dumps(name, ensure_ascii=False)[1:-1]  # one line, whatever the name holds
+    lines = [f"# Archived facts of {heading}", f"<!-- graphmem archive; entity: {json.dumps(name)} -->"]
     section = None
     for fact in facts:
         if (fact.why, fact.when) != section:
@@ -637,7 +644,11 @@ def render_archive(name: str, facts: list[ArchivedFact]) -> str:
 def parse_archive(text: str) -> list[ArchivedFact]:
     facts: list[ArchivedFact] = []
     why, when = "archived", ""
+    started = False
     for line in text.split("\n"):
+        if not started and not line.startswith("## "):
+            continue  # the heading and comment: never facts
+        started = True
         if line.startswith("## "):
             why, _, when = line[3:].partition(" · ")
         elif line.startswith("- "):
@@ -715,6 +726,11 @@ SCHEMA = [
 ]
 
 
+def db_text(text: str) -> str:
+    """SQLite wants valid UTF-8: lone surrogates (legal in the JSONL) are stored escaped, as the file stores them."""
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
 @dataclasses.dataclass
 class FactState:
     created: float
@@ -782,7 +798,7 @@ class MetaStore:
             for row in self.conn.execute(
                     "SELECT entity, text, created, last_used, uses, stability, importance, pinned, client FROM facts"):
                 self.states[(row[0], row[1])] = FactState(row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
-        live = {(e.name, o) for e in graph.entities for o in e.observations}
+        live = {(db_text(e.name), db_text(o)) for e in graph.entities for o in e.observations}
         missing = live.difference(self.states)
         gone = [key for key in self.states if key not in live]
         if missing or gone:
@@ -810,7 +826,7 @@ class MetaStore:
         self.conn.execute("COMMIT")
 
     def state(self, entity: str, text: str) -> FactState:
-        key = (entity, text)
+        key = (db_text(entity), db_text(text))
         if key not in self.states:
             now = time.time()
             self.states[key] = FactState(now, now)
@@ -820,7 +836,7 @@ class MetaStore:
         rows = []
         for entity, text in keys:
             s = self.state(entity, text)
-            rows.append((entity, text, s.created, s.last_used, s.uses, s.stability, s.importance, int(s.pinned), s.client))
+            rows.append((db_text(entity), db_text(text), s.created, s.last_used, s.uses, s.stability, s.importance, int(s.pinned), s.client))
         if rows:
             with self.write():
                 self.conn.executemany(
@@ -840,6 +856,7 @@ class MetaStore:
 
     def move_facts(self, renames: list[tuple[tuple[str, str], tuple[str, str]]]) -> None:
         """Keep a fact's state when its entity is renamed or its text edited."""
+        renames = [((db_text(a), db_text(b)), (db_text(c), db_text(d))) for (a, b), (c, d) in renames]
         for old, new in renames:
             if old in self.states:
                 self.states[new] = self.states.pop(old)
@@ -853,13 +870,13 @@ class MetaStore:
     def record_call(self, tool: str, client: str | None, tokens: int, reference_tokens: int) -> None:
         with self.write():
             self.conn.execute("INSERT INTO ledger(ts, tool, client, tokens, reference_tokens) VALUES (?,?,?,?,?)",
-                              (time.time(), tool, client, tokens, reference_tokens))
+                              (time.time(), tool, db_text(client) if client else None, tokens, reference_tokens))
 
     # ── probes ──
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
         with self.write():
             cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
-                                    (query, entity, fact, source, time.time()))
+                                    (db_text(query), db_text(entity), db_text(fact), source, time.time()))
         return cur.rowcount > 0
 
     def probes(self) -> list[tuple[str, str, str, str]]:
@@ -869,7 +886,7 @@ class MetaStore:
     def record_history(self, client: str | None, summary: str, changes: dict[str, Any]) -> None:
         with self.write():
             self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
-                              (time.time(), client, summary, json.dumps(changes, ensure_ascii=False)))
+                              (time.time(), db_text(client) if client else None, db_text(summary), json.dumps(changes)))
 
     def history(self, limit: int) -> list[tuple[int, float, str | None, str, int]]:
         return list(self.conn.execute(
@@ -1073,6 +1090,7 @@ class Ranking:
     terms: list[Term]
     total: int                 # every fact that matched at least one term
     weak: int                  # matched, but under the relevance gate
+    unranked: int = 0          # matched above the gate but past the scored pool: counted as left out
 
 
 RANK_POOL = 400         # candidates scored in full (embedder, strength); the rest only counted
@@ -1257,10 +1275,13 @@ class SearchIndex:
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
         gate = GATE_RATIO * scored[0].score
         weak = sum(1 for f in scored if f.score < gate)
+        unranked = 0
         if len(acc) > len(pool):  # not scored in full: weak unless lexically as strong as a gated fact
             floor = GATE_RATIO * best
-            weak += sum(1 for v in acc.values() if v < floor) - sum(1 for _, v in pool if v < floor)
-        return Ranking(scored, terms, len(acc), weak)
+            outside_weak = sum(1 for v in acc.values() if v < floor) - sum(1 for _, v in pool if v < floor)
+            weak += outside_weak
+            unranked = len(acc) - len(pool) - outside_weak
+        return Ranking(scored, terms, len(acc), weak, unranked)
 
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
@@ -1312,6 +1333,7 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
     all_words = {t.word for t in terms}
 
     marked = [False]
+    shown_now: list[list[ScoredFact]] = [[]]
 
     def partial(fact: ScoredFact) -> bool:  # under small budgets the marks would crowd out facts
         return budget >= 400 and len(all_words) > 1 and set(fact.matched) != all_words
@@ -1325,6 +1347,7 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
 
     def render(shown: list[ScoredFact], left_budget: int) -> str:
         marked[0] = any(partial(f) for f in shown)
+        shown_now[0] = shown
         groups: dict[str, list[ScoredFact]] = {}
         for fact in shown:
             groups.setdefault(fact.entity, []).append(fact)
@@ -1334,7 +1357,9 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
     def footer(n_shown: int, left_budget: int, used: int) -> str:
         if not scored:
             return f'recall: nothing matched {_q(query, 60)} (try other words, or search_nodes).'
-        parts = [f"[{ranking.total} matched, {n_shown} shown, ~{used}/{budget} tokens"]
+        nearby = sum(1 for f in shown_now[0] if f.lexical < 0)
+        shown_text = f"{n_shown - nearby} shown + {nearby} nearby" if nearby else f"{n_shown} shown"
+        parts = [f"[{ranking.total} matched, {shown_text}, ~{used}/{budget} tokens"]
         if left_budget:
             parts.append(f"{left_budget} left out by budget")
         if below_gate:
@@ -1354,13 +1379,50 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
             shown.append(fact)
             used += cost
             seen_entities.add(fact.entity)
-    left_budget = len(gated) - len(shown)
+    left_budget = sum(1 for f in gated if f.lexical >= 0) - sum(1 for f in shown if f.lexical >= 0) + ranking.unranked
     text = render(shown, left_budget)
     while estimate_tokens(text) > budget and shown:  # the hard guarantee, whatever the estimates said
-        shown.pop()
-        left_budget += 1
+        dropped = shown.pop()
+        left_budget += dropped.lexical >= 0
         text = render(shown, left_budget)
     return Packed(text, shown, ranking.total, left_budget, below_gate)
+
+
+CONTEXT_ENTITIES = 2     # the leading entities whose other facts may fill budget left over
+CONTEXT_FACTS = 6
+
+
+def _names_the_entity(terms: list[Term], entity: Entity) -> bool:
+    """The query names this entity (its name or type): its other facts are on topic, not padding."""
+    head = stems_line(f"{entity.name} {entity.entityType}")
+    return any(t.weight_in(head) >= 1.0 for t in terms)
+
+
+def with_context(ranking: Ranking, graph: Graph) -> Ranking:
+    """Budget left after every relevant fact goes to the other facts of a leading entity the query names
+    (asking about "shop-api deploys" is asking about shop-api), nearest the best match first: facts are
+    written in batches. They rank last, just at the gate, are counted as "nearby" in the footer and marked
+    «~» (no query word) where marks are shown. Entities the query does not name never add padding."""
+    if not ranking.facts:
+        return ranking
+    gate = GATE_RATIO * ranking.facts[0].score
+    shown = {(f.entity, f.text) for f in ranking.facts}  # matched facts keep their own place and count
+    extra: list[ScoredFact] = []
+    leaders = list(dict.fromkeys(f.entity for f in ranking.facts))[:CONTEXT_ENTITIES]
+    for name in leaders:
+        entity = graph.get(name)
+        if entity is None or not _names_the_entity(ranking.terms, entity):
+            continue
+        best = next(f.text for f in ranking.facts if f.entity == name)
+        anchor = entity.observations.index(best) if best in entity.observations else 0
+        nearby = sorted(range(len(entity.observations)), key=lambda i: (abs(i - anchor), i))
+        picked = [entity.observations[i] for i in nearby if (name, entity.observations[i]) not in shown][:CONTEXT_FACTS]
+        extra += [ScoredFact(name, text, gate, -1.0, []) for text in picked]  # lexical -1: context
+    if not extra:
+        return ranking
+    kept = [f for f in ranking.facts if f.score >= gate]
+    weak = [f for f in ranking.facts if f.score < gate]
+    return Ranking(kept + extra + weak, ranking.terms, ranking.total, ranking.weak, ranking.unranked)
 
 
 # ── the reference server's exact answers: for the savings ledger and the benchmark ──
@@ -1493,8 +1555,10 @@ def compare_facts(old: str, new: str) -> str | None:
         suffix += 1
     diff_a, diff_b = a[prefix:len(a) - suffix], b[prefix:len(b) - suffix]
     shared = (set(a[:prefix]) | set(a[len(a) - suffix:])) - STOP_WORDS
-    if negation_differs and set(a) - NEGATIONS - STOP_WORDS == set(b) - NEGATIONS - STOP_WORDS:
-        return "conflict"
+    stems_a = {stem(w) for w in a} - NEGATIONS - STOP_WORDS
+    stems_b = {stem(w) for w in b} - NEGATIONS - STOP_WORDS
+    if negation_differs:  # "X" against "not X" is a conflict to report, never a silent replacement
+        return "conflict" if stems_a == stems_b or (prefix + suffix >= 2 and len(shared) >= 2) else None
     if 1 <= len(diff_a) <= 3 and 1 <= len(diff_b) <= 3 and prefix + suffix >= 2:
         if len(shared) >= 2:
             return "supersede"
@@ -1790,9 +1854,12 @@ class AnchorChecker:
 
     # ── the anchors table ──
     def _row(self, entity: str, text: str) -> _AnchorRow | None:
-        row = self.memory.meta.conn.execute(
-            "SELECT root, path, symbol, fingerprint, verified, mtime_ns, size FROM anchors WHERE entity=? AND text=?",
-            (entity, text)).fetchone()
+        try:
+            row = self.memory.meta.conn.execute(
+                "SELECT root, path, symbol, fingerprint, verified, mtime_ns, size FROM anchors WHERE entity=? AND text=?",
+                (entity, text)).fetchone()
+        except (sqlite3.Error, UnicodeEncodeError):  # e.g. a lone surrogate in a hand-edited fact
+            return None
         return _AnchorRow(*row) if row else None
 
     def _save(self, entity: str, text: str, row: _AnchorRow) -> None:
@@ -1802,7 +1869,7 @@ class AnchorChecker:
                              " mtime_ns, size) VALUES (?,?,?,?,?,?,?,?,?)",
                              (entity, text, row.root, row.path, row.symbol, row.fingerprint, row.verified,
                               row.mtime_ns, row.size))
-        except sqlite3.Error as err:  # a read must still answer; the record is retried next time
+        except (sqlite3.Error, UnicodeEncodeError) as err:  # a read must still answer; retried next time
             log(f"warning: cannot record the code anchor of {short(text, 60)!r}: {err}")
 
     def _record_now(self, entity: str, text: str, path: str, symbol: str) -> _AnchorRow | None:
@@ -1820,11 +1887,12 @@ class AnchorChecker:
         info = self.files.get(str(root / path))
         return info.stamp if info is not None and info.trusted else (0, -1)
 
-    def _unchanged_since_match(self, root: Path, row: _AnchorRow) -> bool:
+    @staticmethod
+    def _unchanged_since_match(row: _AnchorRow) -> bool:
         if row.size < 0:
             return False
         try:
-            st = (root / row.path).stat()
+            st = os.stat(os.path.join(row.root, row.path))
         except (OSError, ValueError):
             return False
         return (st.st_mtime_ns, st.st_size) == (row.mtime_ns, row.size)
@@ -1922,6 +1990,10 @@ class AnchorChecker:
         row = self._row(entity, text) or self._record_now(entity, text, *parsed)  # unrecorded: recorded as of now
         if row is None:
             return None
+        if self._unchanged_since_match(row):  # not even parsed: the file is as it was when it matched
+            if (row.path, row.symbol) == parsed:
+                return {"state": "current", "detail": f"{anchor_label(*parsed)} unchanged"}
+            return {"state": "moved", "detail": f"now at {anchor_label(row.path, row.symbol)}"}
         root = Path(row.root)
         if not root.is_dir():  # that project is not on this machine (any more): nothing to say
             return None
@@ -1930,10 +2002,6 @@ class AnchorChecker:
     def _evaluate(self, entity: str, text: str, row: _AnchorRow, root: Path, path: str, symbol: str) -> dict[str, str]:
         base, named, held = row.fingerprint, (path, symbol), (row.path, row.symbol)
         edited = "body edited" if symbol else "file edited"
-        if self._unchanged_since_match(root, row):  # not even parsed: the file is as it was when it matched
-            if held == named:
-                return {"state": "current", "detail": f"{anchor_label(*named)} unchanged"}
-            return {"state": "moved", "detail": f"now at {anchor_label(*held)}"}
         kind, found = self._locate(root, path, symbol)
         if kind == "ok" and found == base:
             if held != named:  # the code came back to where the fact says
@@ -2641,7 +2709,7 @@ class Memory:
             raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
-        ranking = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph)
         types = {e.name: e.entityType for e in graph.entities}
         now = time.time()
         packed = pack_facts(query, ranking, budget, types,
@@ -2835,7 +2903,6 @@ class Memory:
             current = tx.graph.get(item["name"])
             if (current.to_json() if current else None) != item["after"]:
                 raise ToolError(f"cannot undo \"{summary}\": {item['name']} changed since; edit it by hand")
-        renamed = []
         for item in changes["entities"]:
             name, before = item["name"], item["before"]
             tx.touch(name)
@@ -2854,9 +2921,11 @@ class Memory:
             tx.unarchive(name, facts)
         for name, facts in changes.get("unarchived", []):
             tx.archive(name, facts, "re-archived by undo")
+        befores = {item["name"]: item["before"] for item in changes["entities"]}
         for old, new in changes.get("renamed", []):
             tx.archive_renames.append((new, old))
-            renamed.append((new, old))
+            facts = (befores.get(old) or {}).get("observations", [])
+            self.meta.move_facts([((new, o), (old, o)) for o in facts])
         return "undone"
 
     def _call(self, run: Callable[[], str]) -> str:
@@ -3190,7 +3259,7 @@ class UiApi:
                     yield name, path
 
     def _archived_counts(self) -> dict[str, int]:
-        return {name: len(parse_archive(path.read_text(encoding="utf-8"))) for name, path in self._archive_files()}
+        return {name: len(parse_archive(read_archive_text(path))) for name, path in self._archive_files()}
 
     def archived(self, name: str) -> dict[str, Any]:
         facts = self.memory.store.read_archive(name)
@@ -3204,7 +3273,7 @@ class UiApi:
         hits = []
         if words:
             for name, path in self._archive_files():
-                for fact in parse_archive(path.read_text(encoding="utf-8")):
+                for fact in parse_archive(read_archive_text(path)):
                     if all(w in f"{name}\n{fact.text}".lower() for w in words):
                         hits.append({"entity": name, "text": fact.text})
         return {"query": query, "entities": names, "archivedHits": hits[:200]}

@@ -480,3 +480,20 @@ def test_big_requests_are_answered_promptly(stdio):
     text, is_error = stdio.call("recall", {"query": " ".join(["word"] * 100_000)})
     assert time.monotonic() - start < 15
     assert len(text) < 5000
+
+
+def test_duplicate_entity_names_in_a_reference_file(tmp_path):
+    """Reference section 4: duplicates are tolerated; add_observations touches the first copy; delete removes all."""
+    path = tmp_path / "memory.jsonl"
+    first = b'{"type":"entity","name":"Dup","entityType":"t","observations":["first copy"]}'
+    second = b'{"type":"entity","name":"Dup","entityType":"t","observations":["second copy"]}'
+    other = b'{"type":"entity","name":"Other","entityType":"t","observations":[]}'
+    path.write_bytes(b"\n".join([first, other, second]))
+    mem = make_memory(path)
+    assert ok(mem.call_tool("read_graph", {})).startswith("3 entities")
+    ok(mem.call_tool("add_observations", {"observations": [{"entityName": "Dup", "contents": ["added later"]}]}))
+    lines = path.read_bytes().split(b"\n")
+    assert lines == [b'{"type":"entity","name":"Dup","entityType":"t","observations":["first copy","added later"]}',
+                     other, second]
+    ok(mem.call_tool("delete_entities", {"entityNames": ["Dup"]}))
+    assert path.read_bytes() == other

@@ -795,3 +795,34 @@ def test_archived_fact_with_a_lone_surrogate_lists_and_restores(tmp_path):
     assert "(1 archived)" in ok(mem.call_tool("open_nodes", {"names": ["S"]}))
     ok(mem.call_tool("archived_observations", {"entityName": "S", "restore": [odd]}))
     assert odd in entity_obs(path.read_bytes(), "S")
+
+
+@pytest.mark.parametrize("odd", [
+    "2024-01-01: carriage\rreturn inside",
+    "2024-01-01: windows\r\nline end",
+    "2024-01-01: two\nlines\n- that look like\n## a heading",
+    "2024-01-01:   leading and trailing spaces  ",
+    "2024-01-01: tab\tand U+2028\u2028and U+0085\x85 end",
+], ids=["cr", "crlf", "markdown-ish", "spaces", "separators"])
+def test_archived_fact_text_round_trips_exactly(tmp_path, odd):
+    path = tmp_path / "memory.jsonl"
+    mem = make_memory(path, MEMORY_OBS_MAX="1")
+    ok(mem.call_tool("create_entities", {"entities": [{"name": "R", "entityType": "t", "observations": [odd]}]}))
+    ok(mem.call_tool("add_observations", {"observations": [{"entityName": "R", "contents": ["2025-01-01: newer fact"]}]}))
+    assert [f.text for f in mem.store.read_archive("R")] == [odd]
+    ok(mem.call_tool("archived_observations", {"entityName": "R", "restore": [odd]}))
+    assert odd in entity_obs(path.read_bytes(), "R")
+
+
+def test_entity_name_with_newlines_does_not_inject_archived_facts(tmp_path):
+    path = tmp_path / "memory.jsonl"
+    mem = make_memory(path, MEMORY_OBS_MAX="1")
+    name = "Evil\n- injected fact\n## why · when\n- another"
+    ok(mem.call_tool("create_entities", {"entities": [{"name": name, "entityType": "t",
+                                                       "observations": ["2024-01-01: real old fact"]}]}))
+    ok(mem.call_tool("add_observations", {"observations": [{"entityName": name, "contents": ["2025-01-01: newer fact"]}]}))
+    assert [f.text for f in mem.store.read_archive(name)] == ["2024-01-01: real old fact"]
+    assert ms.archive_entity_name(mem.store.archive_path(name)) == name
+    text, is_error = mem.call_tool("archived_observations", {"entityName": name, "restore": ["injected fact"]})
+    assert is_error and "not in the archive" in text
+    assert entity_obs(path.read_bytes(), name) == ["2025-01-01: newer fact"]

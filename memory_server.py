@@ -3125,6 +3125,7 @@ class McpServer:
                 raise RpcError(-32602, "Invalid params: send initialize first, or include "
                                        f"_meta[\"{META_VERSION}\"] (protocol 2026-07-28)")
             if method == "tools/list":
+                _check_cursor(params)
                 return {"tools": tool_listing(self.version)}
             return self.call(params)
         raise RpcError(-32601, f"Method not found: {method}")
@@ -3144,6 +3145,7 @@ class McpServer:
         if method == "server/discover":
             return self.discover()
         if method == "tools/list":
+            _check_cursor(params)
             result = {"tools": tool_listing(version), "ttlMs": 0, "cacheScope": "public"}
         elif method == "tools/call":
             result = self.call(params)
@@ -3170,6 +3172,12 @@ class McpServer:
                                                           f"received {_json_type(arguments)}."}], "isError": True}
         text, is_error = self.memory().call_tool(name, arguments or {})
         return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def _check_cursor(params: dict[str, Any]) -> None:
+    """Every tool is on the one page we hand out, so no cursor we did not issue is valid."""
+    if params.get("cursor") is not None:
+        raise RpcError(-32602, "Invalid params: unknown cursor (all tools are on the first page)")
 
 
 def _valid_id(rid: Any) -> bool:

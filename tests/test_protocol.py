@@ -248,3 +248,10 @@ def test_client_name_from_initialize_is_recorded(server, memory_file):
     db = sqlite3.connect(memory_file.with_suffix(".db"))
     assert db.execute("SELECT client FROM facts").fetchone()[0] == "pytest"
     assert db.execute("SELECT client FROM ledger").fetchone()[0] == "pytest"
+
+
+def test_a_cursor_we_never_issued_is_refused(server):
+    server.initialize()
+    assert server.request("tools/list", {"cursor": "zzz"})["error"]["code"] == -32602
+    assert server.request("tools/list", {"cursor": "zzz", "_meta": MODERN})["error"]["code"] == -32602
+    assert "nextCursor" not in server.request("tools/list", {})["result"]

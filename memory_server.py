@@ -1061,6 +1061,12 @@ class Term:
         return best
 
 
+PREFIX_WEIGHT = 0.6      # "configuration" meeting "config" through a 5-letter prefix
+SYNONYM_WEIGHT = 0.7     # "ship" meeting "deploy" through SYNONYM_GROUPS
+BM25_K1, BM25_B = 1.2, 0.5
+EMBED_WEIGHT = 0.25      # share of the hashing embedder's cosine in a fact's score
+
+
 def query_terms(query: str) -> list[Term]:
     words = list(dict.fromkeys(tokenize(query)))
     content = [w for w in words if w not in STOP_WORDS] or words
@@ -1069,8 +1075,8 @@ def query_terms(query: str) -> list[Term]:
         s = stem(word)
         variants = [(s, 1.0)]
         if len(s) >= 7:
-            variants.append((s[:5], 0.6))
-        variants += [(syn, 0.7) for syn in SYNONYMS.get(s, ())]
+            variants.append((s[:5], PREFIX_WEIGHT))
+        variants += [(syn, SYNONYM_WEIGHT) for syn in SYNONYMS.get(s, ())]
         terms.append(Term(word, variants))
     return terms
 
@@ -1094,6 +1100,21 @@ class Ranking:
 
 
 RANK_POOL = 400         # candidates scored in full (embedder, strength); the rest only counted
+
+
+NEIGHBOUR_LIFT = float(os.environ.get("GRAPHMEM_NEIGHBOUR_LIFT", "0.7"))
+
+
+def lift_neighbours(place: dict[tuple[int, int], ScoredFact], liftable: set[tuple[int, int]]) -> None:
+    """A fact written right before or after a strong match, that matches the query itself too, is likely
+    part of the same answer (facts are written in batches: a question and its reply, a decision and
+    its reason): it scores at least NEIGHBOUR_LIFT x its neighbour. Facts matching no query word are never lifted."""
+    before = {key: fact.score for key, fact in place.items()}
+    for (doc, i), score in before.items():
+        for j in (i - 1, i + 1):
+            neighbour = place.get((doc, j)) if (doc, j) in liftable else None
+            if neighbour is not None and neighbour.score < NEIGHBOUR_LIFT * score:
+                neighbour.score = NEIGHBOUR_LIFT * score
 
 
 class PrefixIndex:
@@ -1251,7 +1272,7 @@ class SearchIndex:
                 acc[fid] = acc.get(fid, 0.0) + idf * w
         if not acc:
             return Ranking([], terms, 0, 0)
-        k1, b, avg = 1.2, 0.5, self.avg_len
+        k1, b, avg = BM25_K1, BM25_B, self.avg_len
         # length normalisation only for the raw top: it moves a score by well under 3x
         raw_top = heapq.nlargest(3 * RANK_POOL, acc.items(), key=lambda kv: kv[1]) if len(acc) > 3 * RANK_POOL \
             else list(acc.items())
@@ -1262,16 +1283,22 @@ class SearchIndex:
         best = pool[0][1]
         qvec = embed(query)
         scored = []
+        place: dict[tuple[int, int], ScoredFact] = {}
+        own_match: set[tuple[int, int]] = set()  # the fact's own words match (not just its entity's name)
         for fid, lexical in pool:
             doc, i = self.fact_of[fid]
             text = doc.facts[i]
             similarity = max(cosine(qvec, self.vector(doc.name, text)), 0.0)
-            score = (0.75 * lexical / best + 0.25 * similarity) * (0.8 + 0.2 * strength(doc.name, text))
+            score = ((1 - EMBED_WEIGHT) * lexical / best + EMBED_WEIGHT * similarity) * (0.8 + 0.2 * strength(doc.name, text))
             if penalty:
                 score *= penalty(doc.name, text)
             matched = [t.word for t in terms if t.weight_in(doc.fact_stems[i]) >= 0.5
                        or any(p in doc.head for p, w in t.variants if w >= 0.6)]
             scored.append(ScoredFact(doc.name, text, score, lexical, matched))
+            place[(id(doc), i)] = scored[-1]
+            if any(t.weight_in(doc.fact_stems[i]) for t in terms):
+                own_match.add((id(doc), i))
+        lift_neighbours(place, own_match)
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
         gate = GATE_RATIO * scored[0].score
         weak = sum(1 for f in scored if f.score < gate)
@@ -1342,8 +1369,8 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         mark = f" «{','.join(fact.matched) or '~'}»" if partial(fact) else ""
         return f"- {fact.text}{mark}{notes(fact)}\n"
 
-    def header(entity: str) -> str:
-        return f"## {entity} [{types.get(entity, '?')}]\n"
+    def header(entity: str) -> str:  # under small budgets the type would crowd out a fact
+        return f"## {entity} [{types.get(entity, '?')}]\n" if budget >= 400 else f"## {entity}\n"
 
     def render(shown: list[ScoredFact], left_budget: int) -> str:
         marked[0] = any(partial(f) for f in shown)
@@ -1361,25 +1388,43 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         shown_text = f"{n_shown - nearby} shown + {nearby} nearby" if nearby else f"{n_shown} shown"
         parts = [f"[{ranking.total} matched, {shown_text}, ~{used}/{budget} tokens"]
         if left_budget:
-            parts.append(f"{left_budget} left out by budget")
+            parts.append(f"{left_budget} over budget")
         if below_gate:
-            parts.append(f"{below_gate} below relevance gate")
+            parts.append(f"{below_gate} below gate")
         text = "; ".join(parts) + "]"
         if marked[0]:
             text += " «» = query words a fact matched."
         return text
 
-    reserve = estimate_tokens(footer(len(gated), len(gated), budget)) + 2
+    # Count characters, not per-line tokens: the answer's tokens are its characters / 4, rounded up once.
+    room = 4 * budget - len(footer(len(gated), len(gated) + ranking.unranked, budget))
     shown: list[ScoredFact] = []
     used = 0
     seen_entities: set[str] = set()
+
+    def cost(fact: ScoredFact) -> int:
+        return len(line(fact)) + (0 if fact.entity in seen_entities else len(header(fact.entity)))
+
     for fact in gated:
-        cost = estimate_tokens(line(fact)) + (0 if fact.entity in seen_entities else estimate_tokens(header(fact.entity)))
-        if used + cost <= budget - reserve:
+        c = cost(fact)
+        if used + c <= room:
             shown.append(fact)
-            used += cost
+            used += c
             seen_entities.add(fact.entity)
-    left_budget = sum(1 for f in gated if f.lexical >= 0) - sum(1 for f in shown if f.lexical >= 0) + ranking.unranked
+
+    def left_for(chosen: list[ScoredFact]) -> int:
+        return sum(1 for f in gated if f.lexical >= 0) - sum(1 for f in chosen if f.lexical >= 0) + ranking.unranked
+
+    text = render(shown, left_for(shown))
+    for fact in gated:  # the footer came out shorter than reserved: fill what is left, in rank order
+        if fact in shown or len(text) + cost(fact) > 4 * budget:
+            continue
+        trial = shown + [fact]
+        trial_text = render(trial, left_for(trial))
+        if estimate_tokens(trial_text) <= budget:
+            shown, text = trial, trial_text
+            seen_entities.add(fact.entity)
+    left_budget = left_for(shown)
     text = render(shown, left_budget)
     while estimate_tokens(text) > budget and shown:  # the hard guarantee, whatever the estimates said
         dropped = shown.pop()

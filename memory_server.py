@@ -9,26 +9,30 @@ packer, lifecycle, guardrail, tools, MCP loop, UI server, CLI.
 from __future__ import annotations
 
 import argparse
+import ast
 import bisect
 import contextlib
 import dataclasses
 import datetime as dt
+import difflib
 import hashlib
 import heapq
-import html
 import json
 import math
 import os
+import posixpath
 import random
 import re
 import secrets
 import shutil
 import socket
 import sqlite3
+import stat as _stat
 import sys
 import tempfile
 import threading
 import time
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -200,6 +204,8 @@ def dump_json_line(obj: Any) -> str:
 
 def parse_graph_bytes(data: bytes) -> Graph:
     graph = Graph()
+    if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark some editors add; JSON has none
+        data = data[3:]
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw[:-1] if raw.endswith(b"\r") else raw
         if not line.strip():
@@ -505,6 +511,13 @@ class GraphStore:
         self._write_atomic(serialise_graph(tx.graph).encode("utf-8"))
         self._cache, self._cache_key = tx.graph, self.stat_key()
         self.generation += 1
+        self._remove_dead_temp_files()
+
+    def _remove_dead_temp_files(self) -> None:
+        """Temp files are only made under the lock we hold: any left are from a writer that was killed."""
+        for leftover in self.folder.glob(self.path.name + ".*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
     def _write_atomic(self, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.folder)
@@ -1327,7 +1340,6 @@ GATE_RATIO = 0.35  # a fact scoring under this share of the best match is paddin
 
 
 def did_you_mean(name: str, names: Iterable[str], limit: int = 5) -> list[str]:
-    import difflib
     names = list(names)
     low = name.lower()
     contains = [n for n in names if low and (low in n.lower() or n.lower() in low)]
@@ -1626,12 +1638,6 @@ def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callab
 # ════════════════════════════════════════════════════════════════════════════
 # 8b. Code anchors: facts that name the code they are about
 # ════════════════════════════════════════════════════════════════════════════
-
-import ast  # noqa: E402  (kept with the only code that uses them)
-import difflib  # noqa: E402
-import posixpath  # noqa: E402
-import stat as _stat  # noqa: E402
-import warnings  # noqa: E402
 
 ANCHOR = re.compile(r"\[@([^\]\s]+)\]\s*$")
 ANCHOR_PY = (".py", ".pyi")
@@ -2204,6 +2210,17 @@ class ToolError(Exception):
     """A failure the agent can act on: becomes an isError tool result."""
 
 
+NAME_MAX_CHARS = 200  # entity names, types and relation types: labels, not facts
+
+
+def name_problem(label: str, value: str) -> str | None:
+    if not value.strip():
+        return f"{label} is empty"
+    if len(value) > NAME_MAX_CHARS:
+        return f"{label} is {len(value)} chars, over the {NAME_MAX_CHARS}-char limit for names: keep names short, put detail in facts"
+    return None
+
+
 def _s(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
@@ -2431,7 +2448,8 @@ class Memory:
         for text in contents:
             reason = check_new_fact(text, self.settings) or self.anchors.check_new(text)
             if reason:
-                refused.append(f"refused {_q(text, 60)}: {reason}")
+                shown = "a fact" if reason.startswith("looks like a credential") else _q(text, 60)  # never echo a secret
+                refused.append(f"refused {shown}: {reason}")
                 tx.refused += 1
                 continue
             verdict, other = None, None
@@ -2475,8 +2493,9 @@ class Memory:
             lines, created, existed = [], [], []
             for item in entities:
                 name, etype = item["name"], item["entityType"]
-                if not name.strip() or not etype.strip():
-                    lines.append(f"refused {_q(name)}: every entity needs a non-empty name and entityType")
+                problem = name_problem("name", name) or name_problem("entityType", etype)
+                if problem:
+                    lines.append(f"refused {_q(name)}: {problem}")
                     continue
                 if tx.graph.get(name):
                     existed.append(name)
@@ -2504,10 +2523,11 @@ class Memory:
             for item in relations:
                 rel = Relation(item["from"], item["to"], item["relationType"])
                 missing = [n for n in (rel.frm, rel.to) if tx.graph.get(n) is None]
-                if missing or not rel.relationType.strip():
+                type_problem = name_problem("relationType", rel.relationType)
+                if missing or type_problem:
                     why = (f"unknown entity {', '.join(map(_q, missing))}" + self._hint(tx.graph, missing[0])
-                           if missing else "empty relationType")
-                    refused.append(f"refused {rel.line()}: {why}")
+                           if missing else type_problem)
+                    refused.append(f"refused {short(rel.line(), 120)}: {why}")
                     continue
                 if rel.key in existing:
                     skipped.append(rel.line())
@@ -2816,8 +2836,9 @@ class Memory:
     def rename_entity(self, name: str, newName: str) -> str:
         def change(tx: Transaction) -> str:
             entity = self._need(tx.graph, name)
-            if not newName.strip():
-                raise ToolError("newName is empty")
+            problem = name_problem("newName", newName)
+            if problem:
+                raise ToolError(problem)
             if tx.graph.get(newName):
                 raise ToolError(f"{_q(newName)} already exists; merge by hand (add_observations, then delete_entities)")
             tx.touch(name)
@@ -2886,8 +2907,9 @@ class Memory:
     def set_entity_type(self, name: str, entityType: str) -> str:
         def change(tx: Transaction) -> str:
             entity = self._need(tx.graph, name)
-            if not entityType.strip():
-                raise ToolError("entityType is empty")
+            problem = name_problem("entityType", entityType)
+            if problem:
+                raise ToolError(problem)
             tx.touch(name)
             old, entity.entityType = entity.entityType, entityType
             return f"{name}: type {_q(old)} -> {_q(entityType)}."
@@ -3965,7 +3987,7 @@ def lint_report(memory: Memory) -> str:
     lines.append(f"fading facts (retention < {FADING_RETENTION}): {len(fading)}")
     lines += [f"  {r:.2f} {name}: {short(o, 70)}" for r, name, o in fading[:20]]
     lines += memory.anchors.lint(graph)
-    lines.append("Read-only: nothing was changed. --compact archives overflow and faded facts (guarded).")
+    lines.append("Read-only: the graph was not changed. --compact archives overflow and faded facts (guarded).")
     del now
     return "\n".join(lines)
 

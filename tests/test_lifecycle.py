@@ -748,3 +748,27 @@ def test_undo_refuses_after_a_later_tool_change_to_the_same_entity(tmp_path):
     assert file_facts(mem, "Web") == []
     mem.undo()  # then the Api change
     assert file_facts(mem, "Api") == ["written in Go"]
+
+
+def test_names_have_a_length_limit_and_refusals_do_not_echo_them(tmp_path):
+    mem = ms.Memory(ms.Settings.from_env({"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}))
+    huge = "n" * 100_000
+    text, _ = mem.call_tool("create_entities", {"entities": [{"name": huge, "entityType": "t", "observations": []},
+                                                             {"name": "ok", "entityType": "t" * 201, "observations": []}]})
+    assert "over the 200-char limit" in text and len(text) < 1000
+    assert not (tmp_path / "memory.jsonl").exists() or huge not in (tmp_path / "memory.jsonl").read_text()
+    mem.call_tool("create_entities", {"entities": [{"name": "a", "entityType": "t", "observations": []},
+                                                   {"name": "b", "entityType": "t", "observations": []}]})
+    text, _ = mem.call_tool("create_relations", {"relations": [{"from": "a", "to": "b", "relationType": "r" * 5000}]})
+    assert "refused" in text and len(text) < 1000
+    text, is_error = mem.call_tool("rename_entity", {"name": "a", "newName": huge})
+    assert is_error and "200-char limit" in text and len(text) < 1000
+
+
+def test_a_refused_secret_is_never_quoted_back(tmp_path):
+    mem = ms.Memory(ms.Settings.from_env({"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}))
+    mem.call_tool("create_entities", {"entities": [{"name": "svc", "entityType": "t", "observations": []}]})
+    secret = "ghp_" + "a1B2c3D4e5" * 4
+    text, is_error = mem.call_tool("add_observations", {"observations": [{"entityName": "svc",
+                                                                          "contents": [f"ci token is {secret}"]}]})
+    assert is_error and "credential" in text and secret[:12] not in text

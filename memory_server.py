@@ -4067,7 +4067,7 @@ def report(memory: Memory) -> str:
     for label, column in (("per tool", "tool"), ("per client", "coalesce(client, '?')")):
         lines.append(f"{label}:")
         for name, calls, used, ref in memory.meta.conn.execute(
-                f"SELECT {column}, count(*), sum(tokens), sum(reference_tokens) FROM ledger GROUP BY 1 ORDER BY 4 - 3 DESC"):
+                f"SELECT {column}, count(*), sum(tokens), sum(reference_tokens) FROM ledger GROUP BY 1 ORDER BY sum(reference_tokens) - sum(tokens) DESC"):
             saved = max(ref - used, 0)
             ratio = f"{ref / used:.1f}x" if used else "-"
             lines.append(f"  {name}: {calls} calls, {used:,} vs {ref:,} tokens ({ratio}), saved {saved:,} = "
@@ -4137,6 +4137,34 @@ def write_demo_graph(settings: Settings) -> None:
     store = GraphStore(settings)
     for name, facts in demo_archive().items():
         store._write_archive(name, [ArchivedFact(f, "over cap", f"{today} 09:00 UTC") for f in facts])
+    seed_demo_metadata(settings)
+
+
+def seed_demo_metadata(settings: Settings) -> None:
+    """A week of use, so the demo shows pins, fading facts and receipts: real calls on the demo graph, back-dated."""
+    memory = Memory(settings)
+    graph = memory.graph()
+    rng = random.Random(7)
+    now = time.time()
+    clients = ["claude-code", "codex", "cursor"]
+    for day in range(7, -1, -1):
+        memory.client = clients[day % 3]
+        before = memory.meta.conn.execute("SELECT coalesce(max(id), 0) FROM ledger").fetchone()[0]
+        memory.call_tool("read_graph", {})
+        for entity in rng.sample(graph.entities, 3):
+            memory.call_tool("search_nodes", {"query": entity.entityType})
+            memory.call_tool("recall", {"query": f"{entity.name} {entity.entityType}"})
+        with memory.meta.write() as conn:
+            conn.execute("UPDATE ledger SET ts = ts - ? WHERE id > ?", (day * 86400.0, before))
+    facts = [(e.name, o) for e in graph.entities for o in e.observations]
+    for entity, text in rng.sample(facts, 6):  # not looked at for two months: fading
+        state = memory.meta.state(entity, text)
+        state.last_used = now - 60 * 86400
+        state.pinned = False
+        memory.meta.save_states([(entity, text)])
+    for entity, text in facts[:2]:
+        memory.meta.state(entity, text).pinned = True
+        memory.meta.save_states([(entity, text)])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -147,3 +147,15 @@ def test_manual_probe(tmp_path):
     assert done.returncode == 0 and "probe added" in done.stdout.decode()
     mem = ms.Memory(ms.Settings.from_env(env))
     assert mem.meta.probes() == [("deploy branch", "shop-api", "deploys from prod", "manual")]
+
+
+def test_demo_graph_comes_with_a_week_of_use(tmp_path):
+    settings = ms.Settings.from_env({"MEMORY_FILE_PATH": str(tmp_path / "demo" / "memory.jsonl")})
+    ms.write_demo_graph(settings)
+    memory = ms.Memory(settings)
+    overview = ms.UiApi(memory).overview()
+    graph = ms.UiApi(memory).graph()
+    assert len(graph["entities"]) >= 35 and overview["pending"] and overview["overBudget"]
+    assert overview["receipts"]["tokensSaved"] > 0 and len(overview["receipts"]["series"]) == 8
+    assert overview["fading"] and any(f["pinned"] for e in graph["entities"] for f in e["facts"])
+    assert "per client:" in ms.report(memory) and "claude-code" in ms.report(memory)

@@ -3065,6 +3065,7 @@ INSTRUCTIONS = (
     "graphmem is your memory across sessions. Before a task, call recall with what you are about to do; "
     "open_nodes for entities you know by name. Record decisions, gotchas and state changes as short facts "
     "(one idea, <=300 chars; start facts that can change with an ISO date, e.g. '2026-03-02: deployed 2.4.0'). "
+    "End a fact about specific code with [@path/file.py::Symbol] so memory notices when that code changes. "
     "Never store secrets: record where they live.")
 
 

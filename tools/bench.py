@@ -34,6 +34,7 @@ import re
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -937,11 +938,12 @@ def section_locomo(b: Bench, args) -> dict | None:
 # ════════════════════════════════════════════════════════════════════════════
 
 def section_anchors(b: Bench, args) -> None:
-    title("5. anchors")
-    if not hasattr(ms, "fingerprint_anchor"):
-        print("not available (memory_server has no fingerprint_anchor)")
-        return
-    print("memory_server has fingerprint_anchor, but this benchmark does not measure anchors yet: not available")
+    title("5. anchors: cost of code-anchor checks (tools/bench_anchors.py)")
+    facts = "200" if args.quick else "1000"
+    print(f"running tools/bench_anchors.py --facts {facts} (standard library source as the project)")
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "bench_anchors.py"), "--facts", facts],
+                          capture_output=True, text=True)
+    print(done.stdout.rstrip() or done.stderr.rstrip())
 
 
 # ════════════════════════════════════════════════════════════════════════════

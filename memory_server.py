@@ -997,21 +997,33 @@ def embed(text: str) -> dict[int, float]:
     No model, no network: partial words and near-phrasings land near each other."""
     words = [stem(w) for w in tokenize(text) if w not in STOP_WORDS]
     vec: dict[int, float] = {}
-
-    def add(feature: str, weight: float) -> None:
-        bucket, sign = _feature_bucket(feature)
-        vec[bucket] = vec.get(bucket, 0.0) + sign * weight
-
     for w in words:
-        add("w:" + w, 1.0)
-        padded = f"#{w}#"
-        grams = [padded[i:i + 3] for i in range(len(padded) - 2)]
-        for g in grams:
-            add("c:" + g, 0.6 / math.sqrt(len(grams)))
+        for bucket, value in _word_features(w):
+            vec[bucket] = vec.get(bucket, 0.0) + value
     for a, b in zip(words, words[1:]):
-        add(f"b:{a}_{b}", 0.7)
+        bucket, sign = _feature_bucket(f"b:{a}_{b}")
+        vec[bucket] = vec.get(bucket, 0.0) + sign * 0.7
     norm = math.sqrt(sum(v * v for v in vec.values())) or 1.0
     return {k: v / norm for k, v in vec.items()}
+
+
+_WORD_FEATURES: dict[str, list[tuple[int, float]]] = {}
+
+
+def _word_features(word: str) -> list[tuple[int, float]]:
+    """A word's own hashed features (the word and its character 3-grams): words repeat, so they are cached."""
+    cached = _WORD_FEATURES.get(word)
+    if cached is None:
+        padded = f"#{word}#"
+        grams = [padded[i:i + 3] for i in range(len(padded) - 2)]
+        bucket, sign = _feature_bucket("w:" + word)
+        cached = [(bucket, sign)]
+        for g in grams:
+            bucket, sign = _feature_bucket("c:" + g)
+            cached.append((bucket, sign * 0.6 / math.sqrt(len(grams))))
+        if len(_WORD_FEATURES) < 200_000:
+            _WORD_FEATURES[word] = cached
+    return cached
 
 
 def cosine(a: dict[int, float], b: dict[int, float]) -> float:
@@ -1185,6 +1197,8 @@ class SearchIndex:
         self._next_id = 0
         self.fact_total = 0
         self.len_total = 0
+        self._named: dict[str, list[EntityDoc]] = {}
+        self._named_generation = -2
         self._vectors: dict[tuple[str, str], dict[int, float]] = {}
 
     @property
@@ -1275,7 +1289,10 @@ class SearchIndex:
             weights = self.facts_ix.match(term)
             term.idf = math.log(1.0 + (n - len(weights) + 0.5) / (len(weights) + 0.5))
             for context, factor in ((self.heads_ix, 0.5), (self.rels_ix, 0.3)):
-                for doc_id, w in context.match(term).items():
+                named = context.match(term)
+                if len(named) > max(50, len(self.doc_of) // 50):
+                    continue  # a word in a fifth of all names or types ("service") says nothing about a fact
+                for doc_id, w in named.items():
                     doc = self.doc_of.get(doc_id)
                     for fid in doc.fids[1:] if doc else ():
                         if weights.get(fid, 0.0) < factor * w:
@@ -1322,6 +1339,14 @@ class SearchIndex:
             weak += outside_weak
             unranked = len(acc) - len(pool) - outside_weak
         return Ranking(scored, terms, len(acc), weak, unranked)
+
+    def docs_named(self, name: str) -> list[EntityDoc]:
+        if self._named_generation != self._generation:
+            self._named = {}
+            for doc in self.docs:
+                self._named.setdefault(doc.name, []).append(doc)
+            self._named_generation = self._generation
+        return self._named.get(name, [])
 
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
@@ -1428,13 +1453,15 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         return sum(1 for f in gated if f.lexical >= 0) - sum(1 for f in chosen if f.lexical >= 0) + ranking.unranked
 
     text = render(shown, left_for(shown))
+    shown_ids = {id(f) for f in shown}
     for fact in gated:  # the footer came out shorter than reserved: fill what is left, in rank order
-        if fact in shown or len(text) + cost(fact) > 4 * budget:
+        if id(fact) in shown_ids or len(text) + cost(fact) > 4 * budget:
             continue
         trial = shown + [fact]
         trial_text = render(trial, left_for(trial))
         if estimate_tokens(trial_text) <= budget:
             shown, text = trial, trial_text
+            shown_ids.add(id(fact))
             seen_entities.add(fact.entity)
     left_budget = left_for(shown)
     text = render(shown, left_budget)
@@ -2376,7 +2403,7 @@ class Memory:
         self.client = client
         self.lock = threading.RLock()
         self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
-        self._reference_cache: tuple[int, list[int]] | None = None
+        self._reference_cache: tuple[int, list[int], dict[str, list[int]]] | None = None
         self.anchors = AnchorChecker(self)
 
     # ── reading ──
@@ -2775,7 +2802,7 @@ class Memory:
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
         ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph)
-        types = {e.name: e.entityType for e in graph.entities}
+        types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
         now = time.time()
         packed = pack_facts(query, ranking, budget, types,
                             lambda f: self._fact_flags(f.entity, f.text, now))
@@ -2794,7 +2821,7 @@ class Memory:
         for f in packed.shown:
             shown.setdefault(f.entity, []).append(f.text)
         self._remember_result(query, shown)
-        docs = [d for d in self.index.docs if d.name in shown]
+        docs = [d for name in shown for d in self.index.docs_named(name)]
         self._record("recall", text, self._reference_tokens(graph, docs) if shown else 0)
         return text
 
@@ -3015,21 +3042,24 @@ class Memory:
         elif tool == "search_nodes":
             docs = self.index.reference_matches(str(args.get("query", "")))
         else:
-            wanted = set(args.get("names") or [])
-            docs = [d for d in self.index.docs if d.name in wanted]
+            docs = [d for name in dict.fromkeys(args.get("names") or []) for d in self.index.docs_named(name)]
         self._record(tool, text, self._reference_tokens(graph, docs))
         return text
 
     def _reference_tokens(self, graph: Graph, docs: list[EntityDoc]) -> int:
         if self._reference_cache is None or self._reference_cache[0] != self.store.generation:
             sizes = [pretty_item_size({"from": r.frm, "to": r.to, "relationType": r.relationType}) for r in graph.relations]
-            self._reference_cache = (self.store.generation, sizes)
-        rel_sizes = self._reference_cache[1]
-        names = {d.name for d in docs}
+            touching: dict[str, list[int]] = {}
+            for i, r in enumerate(graph.relations):
+                touching.setdefault(r.frm, []).append(i)
+                if r.to != r.frm:
+                    touching.setdefault(r.to, []).append(i)
+            self._reference_cache = (self.store.generation, sizes, touching)
+        _, rel_sizes, touching = self._reference_cache
         if len(docs) == len(self.index.docs):
             chosen = rel_sizes
-        else:
-            chosen = [size for r, size in zip(graph.relations, rel_sizes) if r.frm in names or r.to in names]
+        else:  # each relation once, though both its ends may be among the docs
+            chosen = [rel_sizes[i] for i in sorted({i for name in {d.name for d in docs} for i in touching.get(name, ())})]
         return (reference_size([d.ref_size for d in docs], chosen) + 3) // 4
 
     def _record(self, tool: str, text: str, reference_tokens: int) -> None:
@@ -3381,8 +3411,6 @@ class UiApi:
         rows = self.memory.meta.history(max(1, min(limit, 200)))
         return {"changes": [{"id": i, "ts": dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                              "client": c, "summary": s + (" (undone)" if u else "")} for i, ts, c, s, u in rows]}
-
-    OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {}
 
     def op(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body.get("op")
@@ -3968,7 +3996,6 @@ def lint_report(memory: Memory) -> str:
             if key in seen:
                 duplicates.append((e.name, o))
             seen[key] = o
-    now = time.time()
     fading = sorted(((memory.strength(e.name, o), e.name, o) for e in graph.entities for o in e.observations
                      if memory.strength(e.name, o) < FADING_RETENTION))
     movable = sum(len(overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))) for e in over_cap)
@@ -3989,7 +4016,6 @@ def lint_report(memory: Memory) -> str:
     lines += [f"  {r:.2f} {name}: {short(o, 70)}" for r, name, o in fading[:20]]
     lines += memory.anchors.lint(graph)
     lines.append("Read-only: the graph was not changed. --compact archives overflow and faded facts (guarded).")
-    del now
     return "\n".join(lines)
 
 

@@ -136,6 +136,7 @@ class Entity:
     entityType: str
     observations: list[str]
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    json_line: str | None = dataclasses.field(default=None, compare=False, repr=False)  # serialised, until touched
 
     def copy(self) -> "Entity":
         return Entity(self.name, self.entityType, list(self.observations), dict(self.extra))
@@ -151,6 +152,7 @@ class Relation:
     to: str
     relationType: str
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    json_line: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -240,10 +242,10 @@ def _valid_entity(obj: dict[str, Any]) -> bool:
 
 def serialise_graph(graph: Graph) -> str:
     """Entities, then relations, then lines of unknown type; no trailing newline (as the reference)."""
-    lines = [dump_json_line(e.to_json()) for e in graph.entities]
-    lines += [dump_json_line(r.to_json()) for r in graph.relations]
-    lines += graph.other_lines
-    return "\n".join(lines)
+    for item in [*graph.entities, *graph.relations]:
+        if item.json_line is None:
+            item.json_line = dump_json_line(item.to_json())
+    return "\n".join([e.json_line for e in graph.entities] + [r.json_line for r in graph.relations] + graph.other_lines)
 
 
 DATE_PREFIX = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})\b")
@@ -324,19 +326,35 @@ class Transaction:
         self.archive_renames: list[tuple[str, str]] = []
         self.changed = False
         self.added = self.refused = 0  # facts, for "did anything go in?"
+        self._originals: list[tuple[Entity, Entity]] = []
+        self._relation_fields: list[tuple[Relation, str, str, str]] = []
 
     def touch(self, name: str) -> None:
-        """Call before changing entity `name` (or creating it)."""
+        """Call before changing entity `name` (or creating it). Entities are shared with the store's cache
+        until touched: the snapshot taken here is what abort() puts back."""
         if name not in self.before:
             current = self.graph.get(name)
             self.before[name] = current.copy() if current else None
+            if current is not None:
+                self._originals.append((current, self.before[name]))
+                current.json_line = None
         self.changed = True
         self.graph.invalidate()
 
     def touch_relations(self) -> None:
         if self.relations_before is None:
             self.relations_before = [r.key for r in self.graph.relations]
+            self._relation_fields = [(r, r.frm, r.to, r.relationType) for r in self.graph.relations]
         self.changed = True
+
+    def abort(self) -> None:
+        """Undo in-place changes to objects shared with the cache: a failed change leaves no trace."""
+        for obj, snapshot in self._originals:
+            obj.name, obj.entityType = snapshot.name, snapshot.entityType
+            obj.observations, obj.extra, obj.json_line = snapshot.observations, snapshot.extra, None
+        for r, frm, to, rtype in self._relation_fields:
+            if (r.frm, r.to, r.relationType) != (frm, to, rtype):
+                r.frm, r.to, r.relationType, r.json_line = frm, to, rtype, None
 
     def archive(self, name: str, facts: list[str], why: str) -> None:
         if facts:
@@ -415,10 +433,8 @@ class GraphStore:
     def _fresh_under_lock(self) -> Graph:
         """The current file's graph, to change: a copy of the cache when nobody wrote since, else parsed anew."""
         if self._cache is not None and self._cache_key is not None and self.stat_key() == self._cache_key:
-            g = self._cache
-            return Graph([e.copy() for e in g.entities],
-                         [Relation(r.frm, r.to, r.relationType, dict(r.extra)) for r in g.relations],
-                         list(g.other_lines), list(g.unreadable))
+            g = self._cache  # entities are shared until touched (see Transaction.touch and abort)
+            return Graph(list(g.entities), list(g.relations), list(g.other_lines), list(g.unreadable))
         return self._read_fresh()
 
     # ── the writer lock ──
@@ -499,9 +515,14 @@ class GraphStore:
     def transaction(self) -> Iterator[Transaction]:
         with self.lock():
             tx = Transaction(self._fresh_under_lock())
-            yield tx
-            if tx.changed or tx.graph.unreadable:
-                self._commit(tx)
+            try:
+                yield tx
+                if tx.changed or tx.graph.unreadable:
+                    self._commit(tx)
+            except BaseException:
+                tx.abort()
+                self._cache_key = None  # and read the file afresh next time, to be sure
+                raise
 
     def _commit(self, tx: Transaction) -> None:
         self._backup_daily()
@@ -2879,6 +2900,7 @@ class Memory:
                     moved += (r.frm == name) + (r.to == name)
                     r.frm = newName if r.frm == name else r.frm
                     r.to = newName if r.to == name else r.to
+                    r.json_line = None
             tx.archive_renames.append((name, newName))
             self.meta.move_facts([((name, o), (newName, o)) for o in entity.observations])
             return f"Renamed {_q(name)} -> {_q(newName)}; {moved} relation end(s) updated; facts and archive kept."

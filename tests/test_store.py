@@ -849,3 +849,24 @@ def test_a_byte_order_mark_does_not_make_the_first_line_unreadable(tmp_path):
     assert "a (1)" in text and "unreadable" not in text
     mem.call_tool("add_observations", {"observations": [{"entityName": "a", "contents": ["y"]}]})
     assert path.read_bytes().startswith(b'{"type":"entity"') and not (tmp_path / "memory.jsonl.unreadable").exists()
+
+
+def test_a_refused_change_leaves_no_trace_in_the_running_server(tmp_path):
+    """Writes share unchanged entities with the cache: a change that fails half-way must be rolled back in memory."""
+    import memory_server as ms_
+    path = tmp_path / "memory.jsonl"
+    mem = ms_.Memory(ms_.Settings.from_env({"MEMORY_FILE_PATH": str(path)}))
+    mem.call_tool("create_entities", {"entities": [{"name": "svc", "entityType": "t", "observations": ["listens on 9000", "owned by ops"]}]})
+    mem.call_tool("create_relations", {"relations": [{"from": "svc", "to": "svc", "relationType": "calls"}]})
+    before = path.read_bytes()
+    try:
+        mem.edit_fact("svc", "listens on 9000", "x" * 400)  # removes the old fact, then refuses the new one
+    except ms_.ToolError as err:
+        assert "refused" in str(err)
+    else:
+        raise AssertionError("edit should be refused")
+    assert path.read_bytes() == before
+    text, _ = mem.call_tool("open_nodes", {"names": ["svc"]})
+    assert "listens on 9000" in text and "owned by ops" in text
+    mem.call_tool("add_observations", {"observations": [{"entityName": "svc", "contents": ["new fact"]}]})
+    assert json.loads(path.read_text().split("\n")[0])["observations"] == ["listens on 9000", "owned by ops", "new fact"]

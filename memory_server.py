@@ -326,17 +326,13 @@ class Transaction:
         self.archive_renames: list[tuple[str, str]] = []
         self.changed = False
         self.added = self.refused = 0  # facts, for "did anything go in?"
-        self._originals: list[tuple[Entity, Entity]] = []
-        self._relation_fields: list[tuple[Relation, str, str, str]] = []
 
     def touch(self, name: str) -> None:
-        """Call before changing entity `name` (or creating it). Entities are shared with the store's cache
-        until touched: the snapshot taken here is what abort() puts back."""
+        """Call before changing entity `name` (or creating it): snapshots it for history and undo."""
         if name not in self.before:
             current = self.graph.get(name)
             self.before[name] = current.copy() if current else None
             if current is not None:
-                self._originals.append((current, self.before[name]))
                 current.json_line = None
         self.changed = True
         self.graph.invalidate()
@@ -344,17 +340,8 @@ class Transaction:
     def touch_relations(self) -> None:
         if self.relations_before is None:
             self.relations_before = [r.key for r in self.graph.relations]
-            self._relation_fields = [(r, r.frm, r.to, r.relationType) for r in self.graph.relations]
         self.changed = True
 
-    def abort(self) -> None:
-        """Undo in-place changes to objects shared with the cache: a failed change leaves no trace."""
-        for obj, snapshot in self._originals:
-            obj.name, obj.entityType = snapshot.name, snapshot.entityType
-            obj.observations, obj.extra, obj.json_line = snapshot.observations, snapshot.extra, None
-        for r, frm, to, rtype in self._relation_fields:
-            if (r.frm, r.to, r.relationType) != (frm, to, rtype):
-                r.frm, r.to, r.relationType, r.json_line = frm, to, rtype, None
 
     def archive(self, name: str, facts: list[str], why: str) -> None:
         if facts:
@@ -433,7 +420,7 @@ class GraphStore:
     def _fresh_under_lock(self) -> Graph:
         """The current file's graph, to change: a copy of the cache when nobody wrote since, else parsed anew."""
         if self._cache is not None and self._cache_key is not None and self.stat_key() == self._cache_key:
-            g = self._cache  # entities are shared until touched (see Transaction.touch and abort)
+            g = self._cache  # entities are shared with the cache; a failed change drops the cache (transaction)
             return Graph(list(g.entities), list(g.relations), list(g.other_lines), list(g.unreadable))
         return self._read_fresh()
 
@@ -520,8 +507,7 @@ class GraphStore:
                 if tx.changed or tx.graph.unreadable:
                     self._commit(tx)
             except BaseException:
-                tx.abort()
-                self._cache_key = None  # and read the file afresh next time, to be sure
+                self._cache_key = None  # the change may have half-edited entities shared with the cache: re-read
                 raise
 
     def _commit(self, tx: Transaction) -> None:

@@ -3607,7 +3607,11 @@ def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
                 length = int(self.headers.get("Content-Length", "0"))
             except ValueError:
                 length = -1
-            if length < 0 or length > UI_BODY_LIMIT:
+            if length < 0:
+                self._json(400, {"error": "Content-Length must be a number of bytes"})
+                self.close_connection = True
+                return
+            if length > UI_BODY_LIMIT:
                 self._json(413, {"error": f"body over {UI_BODY_LIMIT} bytes"})
                 self.close_connection = True
                 return

@@ -436,3 +436,83 @@ def test_version_changes_on_ui_write(srv):
     v2 = srv.get_json("/api/version")["version"]
     assert srv.op(op="pin", name="Beta", text="version bump check", pinned=True)["ok"]
     assert srv.get_json("/api/version")["version"] != v2, "pinning (metadata only) must change the version"
+
+
+# ---------------------------------------------------------------- races, ports, demo
+def agent_edit(path, tool, arguments):
+    code = ("import sys, json; sys.path.insert(0, %r); import memory_server as ms; "
+            "m = ms.Memory(ms.Settings.from_env({'MEMORY_FILE_PATH': %r}), client='agent'); "
+            "text, err = m.call_tool(%r, json.loads(sys.argv[1])); sys.exit(1 if err else 0)" % (str(ROOT), path, tool))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(arguments)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_an_edit_racing_an_agent_is_reapplied_or_refused_never_lost(srv):
+    assert srv.op(op="create_entity", name="Race", entityType="service")["ok"]
+    assert srv.op(op="add_fact", name="Race", text="port is 7000")["ok"]
+    srv.get_json("/api/graph")  # the page has the graph; now an agent changes the same fact
+    agent_edit(srv.path, "delete_observations", {"deletions": [{"entityName": "Race", "observations": ["port is 7000"]}]})
+    agent_edit(srv.path, "add_observations", {"observations": [{"entityName": "Race", "contents": ["port is 7100"]}]})
+    res = srv.op(op="edit_fact", name="Race", old="port is 7000", new="port is 7001")  # edit of a stale view
+    assert res["ok"] is False and "changed meanwhile" in res["message"]
+    assert srv.op(op="add_fact", name="Race", text="owned by the ops team")["ok"]  # re-applied on the fresh graph
+    facts = srv.graph_file()[0]["Race"]["observations"]
+    assert facts == ["port is 7100", "owned by the ops team"]
+
+
+def test_content_length_that_is_not_a_number_is_400(srv):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    conn.putrequest("POST", "/api/op", skip_host=True)
+    conn.putheader("Host", "127.0.0.1:%d" % srv.port)
+    conn.putheader("X-Graphmem-Key", srv.key)
+    conn.putheader("Content-Length", "abc")
+    conn.endheaders()
+    assert conn.getresponse().status == 400
+    conn.close()
+
+
+def test_a_taken_port_moves_to_the_next_one_and_says_so(tmp_path):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    taken = blocker.getsockname()[1]
+    env = dict(os.environ, MEMORY_FILE_PATH=str(tmp_path / "memory.jsonl"))
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", str(taken), "--no-open"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no link printed"
+        url = proc.stdout.readline().split(": ", 1)[1].strip()
+        assert urllib.parse.urlsplit(url).port != taken
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        blocker.close()
+    assert f"port {taken} is taken" in proc.stderr.read()
+
+
+def test_demo_never_touches_the_users_graph(tmp_path):
+    user = tmp_path / "memory.jsonl"
+    user.write_text('{"type":"entity","name":"mine","entityType":"t","observations":["keep me"]}', encoding="utf-8")
+    before = user.read_bytes()
+    s = UIServer.__new__(UIServer)
+    s.dir = str(tmp_path)
+    s.path = str(user)
+    s.stderr = open(tmp_path / "stderr.txt", "w+")
+    s.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open", "--demo"],
+                              env=dict(os.environ, MEMORY_FILE_PATH=str(user)), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=s.stderr, text=True)
+    line = s._first_line(30)
+    u = urllib.parse.urlsplit(line.split(": ", 1)[1].strip())
+    s.port, s.key = u.port, urllib.parse.parse_qs(u.query)["key"][0]
+    try:
+        graph = s.get_json("/api/graph")
+        assert len(graph["entities"]) >= 35 and "mine" not in {e["name"] for e in graph["entities"]}
+        assert graph["file"] != str(user)
+        name = graph["entities"][0]["name"]
+        assert s.op(op="add_fact", name=name, text="a demo edit")["ok"]
+    finally:
+        s.proc.terminate()
+        s.proc.wait(10)
+        s.stderr.close()
+    assert user.read_bytes() == before and not (tmp_path / "backups").exists()

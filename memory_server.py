@@ -58,28 +58,17 @@ def default_memory_path(env: dict[str, str]) -> Path:
     return Path(base) / "graphmem" / "memory.jsonl"
 
 
-def _int_setting(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+def _number_setting(env: dict[str, str], name: str, default: Any, low: Any, high: Any) -> Any:
+    """A number from the environment, of the default's type, within [low, high]; a clear error otherwise."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
+    kind, what = (int, "a whole number") if isinstance(default, int) else (float, "a number")
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number (default {default})") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name}={value} is out of range {low}..{high} (default {default})")
-    return value
-
-
-def _float_setting(env: dict[str, str], name: str, default: float, low: float, high: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number (default {default})") from None
-    if not (low <= value <= high) or math.isnan(value):
+        raise ConfigError(f"{name}={raw!r} is not {what} (default {default})") from None
+    if not low <= value <= high:  # NaN fails this too
         raise ConfigError(f"{name}={value} is out of range {low}..{high} (default {default})")
     return value
 
@@ -110,13 +99,13 @@ class Settings:
         root = env.get("MEMORY_PROJECT_ROOT", "").strip()
         return cls(
             file_path=path,
-            obs_max_chars=_int_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
-            obs_max=_int_setting(env, "MEMORY_OBS_MAX", 15, 1, 100_000),
-            search_limit=_int_setting(env, "MEMORY_SEARCH_LIMIT", 10, 1, 1000),
-            backups_kept=_int_setting(env, "MEMORY_BACKUPS_KEPT", 7, 0, 3650),
-            recall_budget=_int_setting(env, "MEMORY_RECALL_BUDGET", 1500, 50, 100_000),
-            guardrail_max_drop=_float_setting(env, "MEMORY_GUARDRAIL_MAX_DROP", 0.02, 0.0, 1.0),
-            price_per_mtok=_float_setting(env, "MEMORY_PRICE_PER_MTOK", 3.0, 0.0, 10_000.0),
+            obs_max_chars=_number_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
+            obs_max=_number_setting(env, "MEMORY_OBS_MAX", 15, 1, 100_000),
+            search_limit=_number_setting(env, "MEMORY_SEARCH_LIMIT", 10, 1, 1000),
+            backups_kept=_number_setting(env, "MEMORY_BACKUPS_KEPT", 7, 0, 3650),
+            recall_budget=_number_setting(env, "MEMORY_RECALL_BUDGET", 1500, 50, 100_000),
+            guardrail_max_drop=_number_setting(env, "MEMORY_GUARDRAIL_MAX_DROP", 0.02, 0.0, 1.0),
+            price_per_mtok=_number_setting(env, "MEMORY_PRICE_PER_MTOK", 3.0, 0.0, 10_000.0),
             price_model=env.get("MEMORY_PRICE_MODEL", "").strip() or "claude-sonnet-4-6",
             project_root=Path(root).expanduser().resolve() if root else None,
         )

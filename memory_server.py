@@ -369,7 +369,8 @@ class GraphStore:
         self.folder = self.path.parent
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.unreadable_path = self.path.with_name(self.path.name + ".unreadable")
-        self.archive_dir = self.folder / "archive"
+        # memory.jsonl keeps archive/ (the layout users know); another graph in the same folder gets its own
+        self.archive_dir = self.folder / ("archive" if self.path.stem == "memory" else f"archive-{self.path.stem}")
         self.backup_dir = self.folder / "backups"
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: Graph | None = None

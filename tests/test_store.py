@@ -870,3 +870,17 @@ def test_a_refused_change_leaves_no_trace_in_the_running_server(tmp_path):
     assert "listens on 9000" in text and "owned by ops" in text
     mem.call_tool("add_observations", {"observations": [{"entityName": "svc", "contents": ["new fact"]}]})
     assert json.loads(path.read_text().split("\n")[0])["observations"] == ["listens on 9000", "owned by ops", "new fact"]
+
+
+def test_two_graphs_in_one_folder_keep_separate_archives(tmp_path):
+    import memory_server as ms_
+    mems = [ms_.Memory(ms_.Settings.from_env({"MEMORY_FILE_PATH": str(tmp_path / name), "MEMORY_OBS_MAX": "1"}))
+            for name in ("memory.jsonl", "work.jsonl")]
+    for i, mem in enumerate(mems):
+        mem.call_tool("create_entities", {"entities": [{"name": "svc", "entityType": "t",
+                                                        "observations": [f"2026-01-01: graph {i} old"]}]})
+        mem.call_tool("add_observations", {"observations": [{"entityName": "svc", "contents": [f"2026-02-01: graph {i} new"]}]})
+    assert mems[0].store.archive_path("svc").parent.name == "archive"
+    assert mems[1].store.archive_path("svc").parent.name == "archive-work"
+    assert [f.text for f in mems[0].store.read_archive("svc")] == ["2026-01-01: graph 0 old"]
+    assert [f.text for f in mems[1].store.read_archive("svc")] == ["2026-01-01: graph 1 old"]

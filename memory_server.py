@@ -1380,93 +1380,79 @@ class Packed:
     text: str
     shown: list[ScoredFact]
     matched: int
-    left_budget: int
-    left_gate: int
 
 
 def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
                notes: Callable[[ScoredFact], str]) -> Packed:
     """Greedy by relevance under a hard budget; a relevance gate keeps padding out."""
-    scored, terms = ranking.facts, ranking.terms
-    best = scored[0].score if scored else 0.0
-    gated = [f for f in scored if f.score >= GATE_RATIO * best]
-    below_gate = ranking.weak
-    all_words = {t.word for t in terms}
+    scored = ranking.facts
+    gate = GATE_RATIO * scored[0].score if scored else 0.0
+    gated = [f for f in scored if f.score >= gate]
+    all_words = {t.word for t in ranking.terms}
+    small = budget < 400  # marks and types would crowd out facts
 
-    marked = [False]
-    shown_now: list[list[ScoredFact]] = [[]]
-
-    def partial(fact: ScoredFact) -> bool:  # under small budgets the marks would crowd out facts
-        return budget >= 400 and len(all_words) > 1 and set(fact.matched) != all_words
+    def partial(fact: ScoredFact) -> bool:
+        return not small and len(all_words) > 1 and set(fact.matched) != all_words
 
     def line(fact: ScoredFact) -> str:
         mark = f" «{','.join(fact.matched) or '~'}»" if partial(fact) else ""
         return f"- {fact.text}{mark}{notes(fact)}\n"
 
-    def header(entity: str) -> str:  # under small budgets the type would crowd out a fact
-        return f"## {entity} [{types.get(entity, '?')}]\n" if budget >= 400 else f"## {entity}\n"
+    def header(entity: str) -> str:
+        return f"## {entity}\n" if small else f"## {entity} [{types.get(entity, '?')}]\n"
 
-    def render(shown: list[ScoredFact], left_budget: int) -> str:
-        marked[0] = any(partial(f) for f in shown)
-        shown_now[0] = shown
+    def left_by_budget(shown: list[ScoredFact]) -> int:  # nearby facts (lexical < 0) were never matches
+        return sum(1 for f in gated if f.lexical >= 0) - sum(1 for f in shown if f.lexical >= 0) + ranking.unranked
+
+    def footer(shown: list[ScoredFact], used: int) -> str:
+        if not scored:
+            return f'recall: nothing matched {_q(query, 60)} (try other words, or search_nodes).'
+        nearby = sum(1 for f in shown if f.lexical < 0)
+        parts = [f"[{ranking.total} matched, " + (f"{len(shown) - nearby} shown + {nearby} nearby" if nearby
+                                                   else f"{len(shown)} shown") + f", ~{used}/{budget} tokens"]
+        if left_by_budget(shown):
+            parts.append(f"{left_by_budget(shown)} over budget")
+        if ranking.weak:
+            parts.append(f"{ranking.weak} below gate")
+        return "; ".join(parts) + "]" + (" «» = query words a fact matched." if any(map(partial, shown)) else "")
+
+    def render(shown: list[ScoredFact]) -> str:
         groups: dict[str, list[ScoredFact]] = {}
         for fact in shown:
             groups.setdefault(fact.entity, []).append(fact)
         body = "".join(header(e) + "".join(line(f) for f in fs) for e, fs in groups.items())
-        return body + footer(len(shown), left_budget, estimate_tokens(body))
-
-    def footer(n_shown: int, left_budget: int, used: int) -> str:
-        if not scored:
-            return f'recall: nothing matched {_q(query, 60)} (try other words, or search_nodes).'
-        nearby = sum(1 for f in shown_now[0] if f.lexical < 0)
-        shown_text = f"{n_shown - nearby} shown + {nearby} nearby" if nearby else f"{n_shown} shown"
-        parts = [f"[{ranking.total} matched, {shown_text}, ~{used}/{budget} tokens"]
-        if left_budget:
-            parts.append(f"{left_budget} over budget")
-        if below_gate:
-            parts.append(f"{below_gate} below gate")
-        text = "; ".join(parts) + "]"
-        if marked[0]:
-            text += " «» = query words a fact matched."
-        return text
+        return body + footer(shown, estimate_tokens(body))
 
     # Count characters, not per-line tokens: the answer's tokens are its characters / 4, rounded up once.
-    room = 4 * budget - len(footer(len(gated), len(gated) + ranking.unranked, budget))
     shown: list[ScoredFact] = []
-    used = 0
     seen_entities: set[str] = set()
 
     def cost(fact: ScoredFact) -> int:
         return len(line(fact)) + (0 if fact.entity in seen_entities else len(header(fact.entity)))
 
+    def take(fact: ScoredFact) -> None:
+        shown.append(fact)
+        seen_entities.add(fact.entity)
+
+    room, used = 4 * budget - len(footer(gated, budget)) - 8, 0  # a generous reserve for the footer
     for fact in gated:
-        c = cost(fact)
-        if used + c <= room:
-            shown.append(fact)
-            used += c
-            seen_entities.add(fact.entity)
-
-    def left_for(chosen: list[ScoredFact]) -> int:
-        return sum(1 for f in gated if f.lexical >= 0) - sum(1 for f in chosen if f.lexical >= 0) + ranking.unranked
-
-    text = render(shown, left_for(shown))
-    shown_ids = {id(f) for f in shown}
-    for fact in gated:  # the footer came out shorter than reserved: fill what is left, in rank order
-        if id(fact) in shown_ids or len(text) + cost(fact) > 4 * budget:
+        if used + cost(fact) <= room:
+            used += cost(fact)
+            take(fact)
+    text = render(shown)
+    taken = {id(f) for f in shown}
+    for fact in gated:  # the real footer came out shorter: fill what it left, in rank order
+        if id(fact) in taken or len(text) + cost(fact) > 4 * budget:
             continue
-        trial = shown + [fact]
-        trial_text = render(trial, left_for(trial))
-        if estimate_tokens(trial_text) <= budget:
-            shown, text = trial, trial_text
-            shown_ids.add(id(fact))
-            seen_entities.add(fact.entity)
-    left_budget = left_for(shown)
-    text = render(shown, left_budget)
+        trial = render(shown + [fact])
+        if estimate_tokens(trial) <= budget:
+            take(fact)
+            taken.add(id(fact))
+            text = trial
     while estimate_tokens(text) > budget and shown:  # the hard guarantee, whatever the estimates said
-        dropped = shown.pop()
-        left_budget += dropped.lexical >= 0
-        text = render(shown, left_budget)
-    return Packed(text, shown, ranking.total, left_budget, below_gate)
+        shown.pop()
+        text = render(shown)
+    return Packed(text, shown, ranking.total)
 
 
 CONTEXT_ENTITIES = 2     # the leading entities whose other facts may fill budget left over
@@ -2344,7 +2330,6 @@ TOOLS: list[Tool] = [
          _annotations(False, False, False), "archived_observations"),
 ]
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
-READ_TOOLS = {"read_graph", "search_nodes", "open_nodes", "recall"}
 
 
 def validate_args(schema: dict[str, Any], value: Any, path: str = "") -> str | None:

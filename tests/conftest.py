@@ -86,6 +86,32 @@ class StdioServer:
         return self.proc.returncode
 
 
+# ── in-process helpers shared by the recall and lifecycle tests ──
+def write_graph(path, entities, relations=()):
+    """entities: (name, type, [facts]); relations: (from, to, type). Written as the reference server writes."""
+    lines = [json.dumps({"type": "entity", "name": n, "entityType": t, "observations": list(obs)},
+                        ensure_ascii=False, separators=(",", ":")) for n, t, obs in entities]
+    lines += [json.dumps({"type": "relation", "from": f, "to": t, "relationType": r}, separators=(",", ":"))
+              for f, t, r in relations]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def make_memory(folder, entities=None, relations=(), **env):
+    import memory_server as ms
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "memory.jsonl"
+    if entities is not None:
+        write_graph(path, entities, relations)
+    settings = ms.Settings.from_env({"MEMORY_FILE_PATH": str(path), **{k: str(v) for k, v in env.items()}})
+    return ms.Memory(settings, client="t")
+
+
+def call(mem, tool, args):
+    text, is_error = mem.call_tool(tool, args)
+    assert not is_error, f"{tool}({args}) failed: {text}"
+    return text
+
+
 @pytest.fixture
 def memory_file(tmp_path: Path) -> Path:
     return tmp_path / "mem" / "memory.jsonl"

@@ -23,34 +23,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import memory_server as ms  # noqa: E402
+from conftest import call, make_memory, write_graph  # noqa: E402
 
 HOUR = 3600.0
 
 
 # ---------------------------------------------------------------- helpers
-def write_graph(path, entities, relations=()):
-    lines = [json.dumps({"type": "entity", "name": n, "entityType": t, "observations": list(obs)},
-                        ensure_ascii=False, separators=(",", ":")) for n, t, obs in entities]
-    lines += [json.dumps({"type": "relation", "from": f, "to": t, "relationType": r}, separators=(",", ":"))
-              for f, t, r in relations]
-    path.write_text("\n".join(lines), encoding="utf-8")
-
-
-def make_memory(folder, entities=None, relations=(), **env):
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "memory.jsonl"
-    if entities is not None:
-        write_graph(path, entities, relations)
-    settings = ms.Settings.from_env({"MEMORY_FILE_PATH": str(path), **{k: str(v) for k, v in env.items()}})
-    return ms.Memory(settings, client="t")
-
-
-def call(mem, tool, args):
-    text, is_error = mem.call_tool(tool, args)
-    assert not is_error, f"{tool}({args}) failed: {text}"
-    return text
-
-
 def add(mem, entity, *facts):
     return mem.call_tool("add_observations", {"observations": [{"entityName": entity, "contents": list(facts)}]})
 

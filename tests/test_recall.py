@@ -20,33 +20,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import memory_server as ms  # noqa: E402
+from conftest import call, make_memory  # noqa: E402
 
 
 # ---------------------------------------------------------------- helpers
-def write_graph(path, entities, relations=()):
-    """entities: (name, type, [facts]); relations: (from, to, type). Written as the reference server writes."""
-    lines = [json.dumps({"type": "entity", "name": n, "entityType": t, "observations": list(obs)},
-                        ensure_ascii=False, separators=(",", ":")) for n, t, obs in entities]
-    lines += [json.dumps({"type": "relation", "from": f, "to": t, "relationType": r}, separators=(",", ":"))
-              for f, t, r in relations]
-    path.write_text("\n".join(lines), encoding="utf-8")
-
-
-def make_memory(folder, entities=None, relations=(), **env):
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "memory.jsonl"
-    if entities is not None:
-        write_graph(path, entities, relations)
-    settings = ms.Settings.from_env({"MEMORY_FILE_PATH": str(path), **{k: str(v) for k, v in env.items()}})
-    return ms.Memory(settings, client="t")
-
-
-def call(mem, tool, args):
-    text, is_error = mem.call_tool(tool, args)
-    assert not is_error, f"{tool}({args}) failed: {text}"
-    return text
-
-
 def parse_recall(text):
     """(facts shown as (entity, line text), footer numbers) of a recall answer. The footer is the last line;
     its numbers are read by their words, not by an exact layout."""

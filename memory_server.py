@@ -2385,7 +2385,8 @@ class Memory:
         self.client = client
         self.lock = threading.RLock()
         self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
-        self._reference_cache: tuple[int, list[int], dict[str, list[int]]] | None = None
+        self._reference_cache: tuple[int, list[int]] | None = None
+        self._touching_cache: tuple[int, dict[str, list[int]]] | None = None
         self.anchors = AnchorChecker(self)
 
     # ── reading ──
@@ -2397,6 +2398,17 @@ class Memory:
 
     def strength(self, entity: str, text: str) -> float:
         return self.meta.state(entity, text).retention(time.time())
+
+    def fading_facts(self, graph: Graph) -> list[tuple[float, str, str]]:
+        """(retention, entity, fact) under FADING_RETENTION, most faded first: for --lint and the UI."""
+        now = time.time()
+        found = []
+        for e in graph.entities:
+            for o in e.observations:
+                retention = self.meta.state(e.name, o).retention(now)
+                if retention < FADING_RETENTION:
+                    found.append((retention, e.name, o))
+        return sorted(found)
 
     def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
         """Run a tool: (text, is_error). Never raises for bad input."""
@@ -2630,7 +2642,7 @@ class Memory:
         by_type: dict[str, list[Entity]] = {}
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
-        degree = self._degrees(graph)
+        touching = self._touching(graph)
         lines = [f"{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
                  "Names by type (fact count), most connected first; open_nodes or recall for facts."]
         if entityType is not None:
@@ -2640,7 +2652,7 @@ class Memory:
             by_type = {entityType: by_type[entityType]}
         cap = None if entityType is not None else self.READ_GRAPH_PER_TYPE
         for etype in sorted(by_type, key=str.lower):
-            names = sorted(by_type[etype], key=lambda e: (-degree.get(e.name, 0), e.name.lower()))
+            names = sorted(by_type[etype], key=lambda e: (-len(touching.get(e.name, ())), e.name.lower()))
             shown = names[:cap] if cap else names
             line = f"{etype} ({len(names)}): " + "; ".join(f"{e.name} ({len(e.observations)})" for e in shown)
             if len(shown) < len(names):
@@ -2649,14 +2661,21 @@ class Memory:
         lines += self._warnings(graph)
         return self._ledger("read_graph", {}, "\n".join(lines), graph)
 
-    @staticmethod
-    def _degrees(graph: Graph) -> dict[str, int]:
-        degree: dict[str, int] = {}
-        for r in graph.relations:
-            degree[r.frm] = degree.get(r.frm, 0) + 1
-            if r.to != r.frm:
-                degree[r.to] = degree.get(r.to, 0) + 1
-        return degree
+    def _touching(self, graph: Graph) -> dict[str, list[int]]:
+        """Entity name -> indices of the relations with it at either end, built once per graph version."""
+        if self._touching_cache is None or self._touching_cache[0] != self.store.generation:
+            touching: dict[str, list[int]] = {}
+            for i, r in enumerate(graph.relations):
+                touching.setdefault(r.frm, []).append(i)
+                if r.to != r.frm:
+                    touching.setdefault(r.to, []).append(i)
+            self._touching_cache = (self.store.generation, touching)
+        return self._touching_cache[1]
+
+    def _relations_of(self, graph: Graph, names: Iterable[str]) -> list[Relation]:
+        """Relations with an end among names, once each, in file order (as the reference lists them)."""
+        touching = self._touching(graph)
+        return [graph.relations[i] for i in sorted({i for name in names for i in touching.get(name, ())})]
 
     def _warnings(self, graph: Graph) -> list[str]:
         out = []
@@ -2684,17 +2703,13 @@ class Memory:
             return (-tier, -sum(f.score for f in facts[:3]), doc.name.lower())
 
         docs.sort(key=rank)
-        rel_count = self._degrees(graph)
-        fallback = False
-        if not docs:  # nothing has every word: offer the closest entities by ranking, and say so
-            order = list(dict.fromkeys(f.entity for f in ranking.facts))
-            by_name = {d.name: d for d in self.index.docs}
-            docs = [by_name[n] for n in order if n in by_name]
-            fallback = True
+        touching = self._touching(graph)
+        fallback = not docs
+        if fallback:  # nothing has every word: offer the closest entities by ranking, and say so
+            docs = [d for name in dict.fromkeys(f.entity for f in ranking.facts) for d in self.index.docs_named(name)[:1]]
             if not docs:
                 text = f"No entities match {_q(query)} (every word must match a name, type, fact or relation type)."
                 return self._ledger("search_nodes", {"query": query}, text, graph)
-        if fallback:
             head = (f"No entity matches every word of {_q(query)}; {len(docs)} closest by ranking"
                     + (f", top {limit} shown" if len(docs) > limit else "") + ". open_nodes for full entities.")
         else:
@@ -2704,7 +2719,7 @@ class Memory:
         lines = [head]
         shown_facts: dict[str, list[str]] = {}
         for rank_, doc in enumerate(docs[:limit]):
-            lines.append(f"- {doc.name} [{doc.etype}] {len(doc.facts)} facts, {rel_count.get(doc.name, 0)} rels")
+            lines.append(f"- {doc.name} [{doc.etype}] {len(doc.facts)} facts, {len(touching.get(doc.name, ()))} rels")
             room = 2 if rank_ < 3 else 1  # two matching lines for the leaders, one for the rest
             snippets = [f.text for f in fact_scores.get(doc.name, [])
                         if fallback or any(w in f.text.lower() for w in words)][:room]
@@ -2714,7 +2729,8 @@ class Memory:
             for text in snippets:
                 lines.append(f"    › {self._snippet(text, words)}{self.anchors.note(doc.name, text)}")
             if len(snippets) < room:
-                rels = [r.line() for r in graph.relations_of({doc.name}) if any(w in r.relationType.lower() for w in words)]
+                rels = [r.line() for r in self._relations_of(graph, [doc.name])
+                        if any(w in r.relationType.lower() for w in words)]
                 lines += [f"    › {line}" for line in rels[:room - len(snippets)]]
         self._remember_result(query, shown_facts)
         return self._ledger("search_nodes", {"query": query}, "\n".join(lines + self._warnings(graph)), graph)
@@ -2749,7 +2765,7 @@ class Memory:
             blocks.append(block)
             shown_keys += [(entity.name, o) for o in entity.observations]
         shown_names = {e.name for e in found if e.name not in omitted}
-        rels = graph.relations_of(shown_names)
+        rels = self._relations_of(graph, shown_names)
         text = "\n\n".join(blocks)
         if rels:
             text += "\n\n## relations\n" + "\n".join(r.line() for r in rels)
@@ -3032,16 +3048,12 @@ class Memory:
     def _reference_tokens(self, graph: Graph, docs: list[EntityDoc]) -> int:
         if self._reference_cache is None or self._reference_cache[0] != self.store.generation:
             sizes = [pretty_item_size({"from": r.frm, "to": r.to, "relationType": r.relationType}) for r in graph.relations]
-            touching: dict[str, list[int]] = {}
-            for i, r in enumerate(graph.relations):
-                touching.setdefault(r.frm, []).append(i)
-                if r.to != r.frm:
-                    touching.setdefault(r.to, []).append(i)
-            self._reference_cache = (self.store.generation, sizes, touching)
-        _, rel_sizes, touching = self._reference_cache
+            self._reference_cache = (self.store.generation, sizes)
+        rel_sizes = self._reference_cache[1]
         if len(docs) == len(self.index.docs):
             chosen = rel_sizes
         else:  # each relation once, though both its ends may be among the docs
+            touching = self._touching(graph)
             chosen = [rel_sizes[i] for i in sorted({i for name in {d.name for d in docs} for i in touching.get(name, ())})]
         return (reference_size([d.ref_size for d in docs], chosen) + 3) // 4
 
@@ -3371,14 +3383,8 @@ class UiApi:
         m = self.memory
         with m.lock:
             graph = m.graph()
-            now = time.time()
-            degree: dict[str, int] = {}
-            for r in graph.relations:
-                degree[r.frm] = degree.get(r.frm, 0) + 1
-                degree[r.to] = degree.get(r.to, 0) + 1
-            fading = sorted(({"entity": e.name, "text": o, "retention": round(m.strength(e.name, o), 3)}
-                             for e in graph.entities for o in e.observations
-                             if m.strength(e.name, o) < FADING_RETENTION), key=lambda f: f["retention"])
+            degree = {name: len(ix) for name, ix in m._touching(graph).items()}
+            fading = [{"entity": e, "text": o, "retention": round(r, 3)} for r, e, o in m.fading_facts(graph)]
             stale = [{"entity": e.name, "text": o, "detail": st["detail"]} for e in graph.entities for o in e.observations
                      for st in [m.anchors.status(e.name, o)] if st and st["state"] != "current"]
             return {
@@ -3983,8 +3989,7 @@ def lint_report(memory: Memory) -> str:
             if key in seen:
                 duplicates.append((e.name, o))
             seen[key] = o
-    fading = sorted(((memory.strength(e.name, o), e.name, o) for e in graph.entities for o in e.observations
-                     if memory.strength(e.name, o) < FADING_RETENTION))
+    fading = memory.fading_facts(graph)
     movable = sum(len(overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))) for e in over_cap)
     lines = [f"{memory.store.path}: {len(graph.entities)} entities, {len(graph.relations)} relations, "
              f"{graph.fact_count()} facts, {memory.store.path.stat().st_size if memory.store.path.exists() else 0} bytes."]

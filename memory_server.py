@@ -1089,6 +1089,33 @@ BM25_K1, BM25_B = 1.2, 0.5
 EMBED_WEIGHT = 0.25      # share of the hashing embedder's cosine in a fact's score
 
 
+# What a question asks for, read from its question words: "when ..." wants a fact that carries a time,
+# "how many ..." one with a number, "where ..." a place, path or address. Among the facts that match the
+# question's words, those that carry what it asks for score ANSWER_TYPE_BOOST higher; nothing else is added.
+_TIME_WORDS = (r"yesterday|today|tonight|tomorrow|ago|last|next|recently|earlier|later|since|until|before|after|"
+               r"morning|evening|night|noon|midnight|day|days|week|weeks|weekend|month|months|year|years|decade|"
+               r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
+               r"july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|"
+               r"spring|summer|autumn|fall|winter|quarter|q[1-4]|daily|weekly|monthly|yearly|annually")
+ANSWER_TYPES = [  # (the question asks for, a fact carries it)
+    (re.compile(r"^\s*when\b|\b(?:what|which)\s+(?:time|date|day|year|month|week)\b|\bhow\s+long\s+ago\b", re.I),
+     re.compile(rf"\b(?:{_TIME_WORDS})\b|\b\d{{4}}-\d\d|\b\d{{1,2}}[:/.]\d\d|\b(?:19|20)\d\d\b", re.I)),
+    (re.compile(r"\bhow\s+(?:many|much|often|long|far|big|old)\b", re.I),
+     re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|"
+                r"fifty|hundred|thousand|million|billion|dozen|once|twice|half)\b", re.I)),
+    (re.compile(r"^\s*where\b|\b(?:what|which)\s+(?:city|country|place|town|state|folder|directory|path|file|"
+                r"url|host|server)\b", re.I),
+     re.compile(r"\b(?:in|at|to|from|near|around|under|inside|visit(?:ed|ing)?)\s+(?:the\s+)?[A-Z][\w-]+|"
+                r"\w/[\w.-]|\w://|\b[\w-]+\.(?:com|org|net|io|dev|local|internal)\b")),
+]
+ANSWER_TYPE_BOOST = 0.3
+
+
+def wanted_mention(query: str) -> re.Pattern[str] | None:
+    """What a fact answering this question carries (a time, a number, a place), if its question words say."""
+    return next((carries for asks, carries in ANSWER_TYPES if asks.search(query)), None)
+
+
 def query_terms(query: str) -> list[Term]:
     words = list(dict.fromkeys(tokenize(query)))
     content = [w for w in words if w not in STOP_WORDS] or words
@@ -1309,6 +1336,7 @@ class SearchIndex:
         pool = heapq.nlargest(RANK_POOL, ((fid, acc[fid]) for fid, _ in raw_top), key=lambda kv: kv[1])
         best = pool[0][1]
         qvec = embed(query)
+        wanted = wanted_mention(query)
         scored = []
         place: dict[tuple[int, int], ScoredFact] = {}
         own_match: set[tuple[int, int]] = set()  # the fact's own words match (not just its entity's name)
@@ -1317,6 +1345,8 @@ class SearchIndex:
             text = doc.facts[i]
             similarity = max(cosine(qvec, self.vector(doc.name, text)), 0.0)
             score = ((1 - EMBED_WEIGHT) * lexical / best + EMBED_WEIGHT * similarity) * (0.8 + 0.2 * strength(doc.name, text))
+            if wanted and wanted.search(text):
+                score *= 1 + ANSWER_TYPE_BOOST
             if penalty:
                 score *= penalty(doc.name, text)
             matched = [t.word for t in terms if t.weight_in(doc.fact_stems[i]) >= 0.5

@@ -478,3 +478,36 @@ def test_small_budget_answers_use_their_room(tmp_path):
         used = ms.estimate_tokens(text)
         longest = max(ms.estimate_tokens(f"- {f}\n") for f in facts)
         assert budget - longest - 2 <= used <= budget, (budget, used)
+
+
+def _first_fact(text):
+    return next(l[2:].split(" «")[0] for l in text.split("\n") if l.startswith("- "))
+
+
+@pytest.mark.parametrize("query, answer, other", [
+    ("when was the orders database migration?",
+     "orders database migration was done on 2026-01-12", "orders database migration went fine, with pg_upgrade"),
+    ("how many replicas does the search cluster run?",
+     "search cluster replicas: 3, one per zone", "search cluster replicas are rebuilt from snapshots"),
+    ("where are the search cluster snapshots kept?",
+     "search cluster snapshots are kept in s3://ops-backups", "search cluster snapshots are kept for a week"),
+])
+def test_a_fact_that_carries_what_the_question_asks_for_ranks_first(tmp_path, monkeypatch, query, answer, other):
+    """when -> a time, how many -> a number, where -> a place or path: among facts matching the question's
+    words, the one carrying the answer type comes first; with the boost off the other fact wins."""
+    entities = [("ops notes", "notes", [other, answer, "coffee machine fixed on 2026-02-01 at 9:30 in Berlin"])]
+    text = call(make_memory(tmp_path, entities), "recall", {"query": query})
+    assert _first_fact(text) == answer, text
+    assert "coffee" not in text  # the answer type only reorders matches: it never brings in a non-match
+    monkeypatch.setattr(ms, "ANSWER_TYPE_BOOST", 0.0)
+    assert _first_fact(call(make_memory(tmp_path / "off", entities), "recall", {"query": query})) == other
+
+
+def test_question_words_pick_the_answer_type():
+    assert ms.wanted_mention("When did we ship 2.0?").search("shipped last Friday")
+    assert ms.wanted_mention("which year was the repo created").search("created in 2019")
+    assert ms.wanted_mention("How many workers run?").search("runs twelve workers")
+    assert ms.wanted_mention("where does the config live").search("lives in infra/config.yaml")
+    assert ms.wanted_mention("where does the config live").search("kept in Vault") is not None
+    assert ms.wanted_mention("what is the deploy branch") is None
+    assert ms.wanted_mention("whenever we deploy, who approves?") is None

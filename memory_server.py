@@ -1117,8 +1117,13 @@ def wanted_mention(query: str) -> re.Pattern[str] | None:
 
 
 def query_terms(query: str) -> list[Term]:
-    words = list(dict.fromkeys(tokenize(query)))
+    """The query's content words, each with its variants. Two adjacent words that join into a word with
+    synonyms ("roll out" -> rollout -> deploy, "sign in" -> signin -> login) also count as that word."""
+    tokens = tokenize(query)
+    words = list(dict.fromkeys(tokens))
     content = [w for w in words if w not in STOP_WORDS] or words
+    compounds = [a + b for a, b in zip(tokens, tokens[1:]) if len(a) > 1 and len(b) > 1]
+    content += [c for c in dict.fromkeys(compounds) if c not in content and stem(c) in SYNONYMS]
     terms = []
     for word in content:
         s = stem(word)

@@ -511,3 +511,18 @@ def test_question_words_pick_the_answer_type():
     assert ms.wanted_mention("where does the config live").search("kept in Vault") is not None
     assert ms.wanted_mention("what is the deploy branch") is None
     assert ms.wanted_mention("whenever we deploy, who approves?") is None
+
+
+@pytest.mark.parametrize("query, fact", [
+    ("can I roll out a change late in the evening?", "no deploys after 16:00"),
+    ("how do people sign in to the admin portal?", "admin portal login goes through Okta SSO"),
+])
+def test_two_words_written_as_one_meet_its_synonyms(tmp_path, query, fact):
+    entities = [("release process", "rule", [fact]), ("office", "place", ["coffee machine is on floor 2"])]
+    assert fact in call(make_memory(tmp_path, entities), "recall", {"query": query})
+    words = [t.word for t in ms.query_terms(query)]
+    assert ("rollout" in words) or ("signin" in words), words
+
+
+def test_joined_words_without_synonyms_are_not_added():
+    assert [t.word for t in ms.query_terms("roll call at nine")] == ["roll", "call", "nine"]

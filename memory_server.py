@@ -1492,6 +1492,7 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
 
 CONTEXT_ENTITIES = 2     # the leading entities whose other facts may fill budget left over
 CONTEXT_FACTS = 6
+ANSWER_CONTEXT_FACTS = 3  # facts of the leading entity carrying what the question asks for
 
 
 def _names_the_entity(terms: list[Term], entity: Entity) -> bool:
@@ -1500,11 +1501,12 @@ def _names_the_entity(terms: list[Term], entity: Entity) -> bool:
     return any(t.weight_in(head) >= 1.0 for t in terms)
 
 
-def with_context(ranking: Ranking, graph: Graph) -> Ranking:
+def with_context(ranking: Ranking, graph: Graph, wanted: re.Pattern[str] | None = None) -> Ranking:
     """Budget left after every relevant fact goes to the other facts of a leading entity the query names
     (asking about "shop-api deploys" is asking about shop-api), nearest the best match first: facts are
     written in batches. They rank last, just at the gate, are counted as "nearby" in the footer and marked
-    «~» (no query word) where marks are shown. Entities the query does not name never add padding."""
+    «~» (no query word) where marks are shown. Of the one leading entity the query does not name, only facts
+    carrying what the question asks for (a time for "when ...") are added; otherwise it adds no padding."""
     if not ranking.facts:
         return ranking
     gate = GATE_RATIO * ranking.facts[0].score
@@ -1513,12 +1515,16 @@ def with_context(ranking: Ranking, graph: Graph) -> Ranking:
     leaders = list(dict.fromkeys(f.entity for f in ranking.facts))[:CONTEXT_ENTITIES]
     for name in leaders:
         entity = graph.get(name)
-        if entity is None or not _names_the_entity(ranking.terms, entity):
+        if entity is None:
+            continue
+        named = _names_the_entity(ranking.terms, entity)
+        if not named and not (wanted and name == leaders[0]):
             continue
         best = next(f.text for f in ranking.facts if f.entity == name)
         anchor = entity.observations.index(best) if best in entity.observations else 0
         nearby = sorted(range(len(entity.observations)), key=lambda i: (abs(i - anchor), i))
-        picked = [entity.observations[i] for i in nearby if (name, entity.observations[i]) not in shown][:CONTEXT_FACTS]
+        picked = [entity.observations[i] for i in nearby if (name, entity.observations[i]) not in shown
+                  and (named or wanted.search(entity.observations[i]))][:CONTEXT_FACTS if named else ANSWER_CONTEXT_FACTS]
         extra += [ScoredFact(name, text, gate, -1.0, []) for text in picked]  # lexical -1: context
     if not extra:
         return ranking
@@ -2834,7 +2840,8 @@ class Memory:
             raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
-        ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph)
+        ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph,
+                               wanted_mention(query))
         types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
         now = time.time()
         packed = pack_facts(query, ranking, budget, types,

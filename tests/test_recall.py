@@ -495,10 +495,11 @@ def _first_fact(text):
 def test_a_fact_that_carries_what_the_question_asks_for_ranks_first(tmp_path, monkeypatch, query, answer, other):
     """when -> a time, how many -> a number, where -> a place or path: among facts matching the question's
     words, the one carrying the answer type comes first; with the boost off the other fact wins."""
-    entities = [("ops notes", "notes", [other, answer, "coffee machine fixed on 2026-02-01 at 9:30 in Berlin"])]
+    entities = [("ops notes", "notes", [other, answer]),
+                ("office", "place", ["coffee machine fixed on 2026-02-01 at 9:30 in Berlin, floor 3"])]
     text = call(make_memory(tmp_path, entities), "recall", {"query": query})
     assert _first_fact(text) == answer, text
-    assert "coffee" not in text  # the answer type only reorders matches: it never brings in a non-match
+    assert "coffee" not in text  # the answer type reorders matches: a non-match of another entity never comes in
     monkeypatch.setattr(ms, "ANSWER_TYPE_BOOST", 0.0)
     assert _first_fact(call(make_memory(tmp_path / "off", entities), "recall", {"query": query})) == other
 
@@ -526,3 +527,21 @@ def test_two_words_written_as_one_meet_its_synonyms(tmp_path, query, fact):
 
 def test_joined_words_without_synonyms_are_not_added():
     assert [t.word for t in ms.query_terms("roll call at nine")] == ["roll", "call", "nine"]
+
+
+def test_the_leading_entity_adds_only_facts_carrying_what_the_question_asks_for(tmp_path, monkeypatch):
+    """"how long ..." asks for a number: the leading entity's fact with one comes along (marked as nearby,
+    no query word), its other facts do not, and no other entity adds anything."""
+    entities = [("redis-cache", "service", ["holds shopping sessions for the web shop",
+                                            "entries expire after 14 days of inactivity",
+                                            "eviction policy is allkeys-lru"]),
+                ("office", "place", ["coffee machine is on floor 2", "shopping list is on the fridge"])]
+    text = call(make_memory(tmp_path, entities), "recall", {"query": "how long do shopping sessions stay around?"})
+    assert "holds shopping sessions" in text and "entries expire after 14 days of inactivity" in text, text
+    assert "eviction" not in text and "coffee" not in text
+    assert "entries expire after 14 days of inactivity «~»" in text and "+ 1 nearby" in text.split("\n")[-1], text
+    plain = call(make_memory(tmp_path / "plain", entities), "recall", {"query": "what holds shopping sessions?"})
+    assert "entries expire" not in plain  # no answer type asked for: no context from an unnamed entity
+    monkeypatch.setattr(ms, "ANSWER_CONTEXT_FACTS", 0)
+    off = call(make_memory(tmp_path / "off", entities), "recall", {"query": "how long do shopping sessions stay around?"})
+    assert "entries expire" not in off

@@ -1156,19 +1156,21 @@ class Ranking:
 RANK_POOL = 400         # candidates scored in full (embedder, strength); the rest only counted
 
 
-NEIGHBOUR_LIFT = float(os.environ.get("GRAPHMEM_NEIGHBOUR_LIFT", "0.7"))
+LIFT_BY_DISTANCE = (0.7, 0.65)  # next to a strong match, two away (three away measured no gain)
 
 
 def lift_neighbours(place: dict[tuple[int, int], ScoredFact], liftable: set[tuple[int, int]]) -> None:
-    """A fact written right before or after a strong match, that matches the query itself too, is likely
-    part of the same answer (facts are written in batches: a question and its reply, a decision and
-    its reason): it scores at least NEIGHBOUR_LIFT x its neighbour. Facts matching no query word are never lifted."""
+    """A fact written up to two places before or after a strong match, that matches the query itself too, is
+    likely part of the same answer (facts are written in batches: a question and its reply, a decision and
+    its reason): it scores at least LIFT_BY_DISTANCE[d - 1] x that match. Facts matching no query word are
+    never lifted."""
     before = {key: fact.score for key, fact in place.items()}
     for (doc, i), score in before.items():
-        for j in (i - 1, i + 1):
-            neighbour = place.get((doc, j)) if (doc, j) in liftable else None
-            if neighbour is not None and neighbour.score < NEIGHBOUR_LIFT * score:
-                neighbour.score = NEIGHBOUR_LIFT * score
+        for distance, lift in enumerate(LIFT_BY_DISTANCE, 1):
+            for j in (i - distance, i + distance):
+                neighbour = place.get((doc, j)) if (doc, j) in liftable else None
+                if neighbour is not None and neighbour.score < lift * score:
+                    neighbour.score = lift * score
 
 
 class PrefixIndex:

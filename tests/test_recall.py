@@ -455,19 +455,20 @@ def test_report_lines_per_tool_and_per_client(tmp_path):
     assert any(l.strip().startswith("t: 3 calls") for l in per_client)
 
 
-def test_a_weak_match_written_next_to_a_strong_one_is_lifted_but_never_a_non_match(tmp_path, monkeypatch):
-    """A reply written right after the question that matched: it shares only a common word with the query."""
-    chat = ["Gina: when is the studio opening night planned?", "Jon: tomorrow, Gina, at eight sharp",
-            "Jon: the weather was lovely today", "Gina: good luck with everything"]
+def test_a_weak_match_written_near_a_strong_one_is_lifted_but_never_a_non_match(tmp_path, monkeypatch):
+    """The reply written two places after the question that matched shares only a name with the query:
+    it is lifted. A fact matching no query word is never lifted, and the lift reaches two places, no further."""
+    chat = ["Gina: when is the studio opening night planned?", "Gina: good luck with everything",
+            "Jon: tomorrow, at eight sharp", "Gina: fine", "Jon: the weather was lovely today"]
     filler = [(f"day {i}", "session", [f"Jon: note {i} about shoes", f"Gina: note {i} about cats"]) for i in range(30)]
-    mem = make_memory(tmp_path, [("session 1", "session", chat)] + filler)
+    entities = [("session 1", "session", chat)] + filler
     query = "when is Jon's studio opening night"
-    text = call(mem, "recall", {"query": query})
-    assert chat[0] in text and chat[1] in text
-    assert chat[3] not in text and "lovely" not in text  # no query word of its own: never lifted
-    monkeypatch.setattr(ms, "NEIGHBOUR_LIFT", 0.0)
-    mem2 = make_memory(tmp_path / "off", [("session 1", "session", chat)] + filler)
-    assert chat[1] not in call(mem2, "recall", {"query": query})  # the lift is what brought it in
+    text = call(make_memory(tmp_path, entities), "recall", {"query": query})
+    assert chat[0] in text and chat[2] in text, text
+    assert chat[1] not in text  # next to the match, but no query word of its own: never lifted
+    assert "lovely" not in text  # four places away
+    monkeypatch.setattr(ms, "LIFT_BY_DISTANCE", (0.7,))
+    assert chat[2] not in call(make_memory(tmp_path / "one", entities), "recall", {"query": query})
 
 
 def test_small_budget_answers_use_their_room(tmp_path):

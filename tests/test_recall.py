@@ -467,8 +467,18 @@ def test_a_weak_match_written_near_a_strong_one_is_lifted_but_never_a_non_match(
     assert chat[0] in text and chat[2] in text, text
     assert chat[1] not in text  # next to the match, but no query word of its own: never lifted
     assert "lovely" not in text  # four places away
-    monkeypatch.setattr(ms, "LIFT_BY_DISTANCE", (0.7,))
+    monkeypatch.setattr(ms, "LIFT_AFTER", ms.LIFT_AFTER[:1])
     assert chat[2] not in call(make_memory(tmp_path / "one", entities), "recall", {"query": query})
+
+
+def test_the_fact_written_after_a_strong_match_is_lifted_more_than_the_one_before(tmp_path):
+    """A reply follows its question: of two equal weak matches around a strong one, the later comes first."""
+    chat = ["Jon: shoes again", "Gina: when is the studio opening night planned?", "Jon: shoes again, sorry"]
+    filler = [(f"day {i}", "session", [f"Jon: note {i} about cats"]) for i in range(30)]
+    mem = make_memory(tmp_path, [("session 1", "session", chat)] + filler)
+    mem.graph()
+    ranked = [f.text for f in mem.index.rank_facts("when is Jon's studio opening night", lambda e, t: 1.0).facts]
+    assert ranked[:3] == [chat[1], chat[2], chat[0]], ranked
 
 
 def test_small_budget_answers_use_their_room(tmp_path):

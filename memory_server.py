@@ -12,6 +12,7 @@ import argparse
 import ast
 import bisect
 import contextlib
+import gc
 import dataclasses
 import datetime as dt
 import difflib
@@ -1553,10 +1554,32 @@ def _reference_graph_json(entities: list[Entity], relations: list[Relation]) -> 
         "relations": [{"from": r.frm, "to": r.to, "relationType": r.relationType} for r in relations]})
 
 
-def pretty_item_size(obj: Any) -> int:
-    """Length of obj inside the reference's {"entities": [...]} at two levels of indent."""
-    text = _pretty_json(obj)
-    return len(text) + 4 * (text.count("\n") + 1)
+def _json_string_size(text: str) -> int:
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text) + 2  # nothing to escape (the usual case)
+    encoded = json.dumps(text, ensure_ascii=False)
+    return len(encoded) + 5 * len(_SURROGATE.findall(encoded))  # a lone surrogate is written as \uXXXX
+
+
+def pretty_item_size(obj: dict[str, str | list[str]]) -> int:
+    """Length of obj (string and string-list values, as entities and relations are) inside the reference's
+    {"entities": [...]} at two levels of indent, counted without rendering it: json.dumps with indent
+    builds reference cycles for every call, garbage the cyclic collector then has to find."""
+    lines = 2                                  # "{" and "}"
+    size = 2
+    for position, (key, value) in enumerate(obj.items()):
+        comma = 1 if position < len(obj) - 1 else 0
+        head = 2 + _json_string_size(key) + 2  # '  "key": '
+        if isinstance(value, str):
+            size += head + _json_string_size(value) + comma
+            lines += 1
+        elif not value:
+            size += head + 2 + comma           # []
+            lines += 1
+        else:
+            size += head + 1 + sum(4 + _json_string_size(item) for item in value) + len(value) - 1 + 3 + comma
+            lines += len(value) + 2
+    return size + (lines - 1) + 4 * lines      # newlines, then 4 more spaces of indent on every line
 
 
 def reference_size(entity_sizes: list[int], relation_sizes: list[int]) -> int:
@@ -2420,6 +2443,35 @@ def _q(text: str, limit: int = 80) -> str:
     return json.dumps(short(text, limit), ensure_ascii=False)
 
 
+HEAP_SWEEP_EVERY = 500  # tool calls between full collections (a few small closures per call are cyclic)
+_calls_since_sweep = 0
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def settle_heap() -> None:
+    """Move what is alive now out of the cyclic collector's reach. The graph, its index and caches are large,
+    long-lived and free of reference cycles (reference counts free them as usual); without this each new
+    version of them is traversed again and again by the collector: 0.1-0.3 s pauses at 100k facts. The
+    little cyclic garbage calls leave is swept by a full collection every HEAP_SWEEP_EVERY calls."""
+    global _calls_since_sweep
+    _calls_since_sweep += 1
+    if _calls_since_sweep >= HEAP_SWEEP_EVERY:
+        _calls_since_sweep = 0
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
+
+
 class Memory:
     """The graph with its lifecycle: every change from an agent or the UI goes through here."""
 
@@ -2435,14 +2487,25 @@ class Memory:
         self.lock = threading.RLock()
         self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
         self._reference_cache: tuple[int, list[int]] | None = None
+        self._relation_size: dict[tuple[str, str, str], int] = {}  # kept across versions: a write changes few
         self._touching_cache: tuple[int, dict[str, list[int]]] | None = None
         self.anchors = AnchorChecker(self)
 
     # ── reading ──
+    def warm_up(self) -> int:
+        """Load the graph and build everything the first call would (index, relation index, reference
+        sizes for the receipts), so it does not pay for them. Returns the number of facts."""
+        graph = self.graph()
+        self._reference_tokens(graph, self.index.docs[:1])
+        self.index.docs_named("")
+        settle_heap()
+        return sum(len(doc.facts) for doc in self.index.docs)
+
     def graph(self) -> Graph:
-        graph = self.store.read()
-        self.meta.reconcile(graph, self.store.generation, self.client)
-        self.index.refresh(graph, self.store.generation)
+        with collector_paused():  # loading allocates millions of objects, none of them garbage
+            graph = self.store.read()
+            self.meta.reconcile(graph, self.store.generation, self.client)
+            self.index.refresh(graph, self.store.generation)
         return graph
 
     def strength(self, entity: str, text: str) -> float:
@@ -2480,6 +2543,8 @@ class Memory:
                 return f"Not saved: {err}.", True
             except OSError as err:
                 return f"Not saved: cannot write {self.settings.file_path} ({err.strerror or err}).", True
+            finally:
+                settle_heap()
 
     def _mutate(self, summary: str, change: Callable[[Transaction], str]) -> str:
         """One code path for a change: lock, fresh read, change, archive, atomic write, history."""
@@ -3097,8 +3162,13 @@ class Memory:
 
     def _reference_tokens(self, graph: Graph, docs: list[EntityDoc]) -> int:
         if self._reference_cache is None or self._reference_cache[0] != self.store.generation:
-            sizes = [pretty_item_size({"from": r.frm, "to": r.to, "relationType": r.relationType}) for r in graph.relations]
-            self._reference_cache = (self.store.generation, sizes)
+            known, sizes = self._relation_size, {}
+            for r in graph.relations:
+                key = (r.frm, r.to, r.relationType)
+                if key not in sizes:
+                    sizes[key] = known.get(key) or pretty_item_size({"from": r.frm, "to": r.to, "relationType": r.relationType})
+            self._relation_size = sizes
+            self._reference_cache = (self.store.generation, [sizes[(r.frm, r.to, r.relationType)] for r in graph.relations])
         rel_sizes = self._reference_cache[1]
         if len(docs) == len(self.index.docs):
             chosen = rel_sizes
@@ -3166,17 +3236,40 @@ def tool_listing(version: str) -> list[dict[str, Any]]:
 
 
 class McpServer:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, warm_up: bool = False):
         self.settings = settings
         self._memory: Memory | None = None
+        self._memory_made = threading.Lock()
         self.version: str | None = None   # negotiated by initialize (legacy era)
         self.client_name: str | None = None
+        self._warm_up = warm_up
 
     def memory(self) -> Memory:
-        if self._memory is None:
-            self._memory = Memory(self.settings, self.client_name)
-        self._memory.client = self.client_name
-        return self._memory
+        with self._memory_made:
+            if self._memory is None:
+                self._memory = Memory(self.settings, self.client_name)
+            self._memory.client = self.client_name
+            return self._memory
+
+    def start_warm_up(self) -> None:
+        """Once a client has said hello, read the graph and build the search index in the background, so
+        the first real call does not pay for it (about 4 s at 100k facts). Tool calls wait on the same lock."""
+        if not self._warm_up:
+            return
+        self._warm_up = False
+
+        def warm_up() -> None:
+            started = time.monotonic()
+            try:
+                memory = self.memory()
+                with memory.lock:
+                    facts = memory.warm_up()
+            except Exception as err:  # the first real call reports it to the agent
+                log(f"background load stopped: {err}")
+                return
+            log(f"graph loaded and indexed in the background: {facts} facts in {time.monotonic() - started:.1f} s")
+
+        threading.Thread(target=warm_up, name="graphmem-warm-up", daemon=True).start()
 
     def server_info(self, version: str) -> dict[str, Any]:
         info: dict[str, Any] = {"name": SERVER_NAME, "version": __version__}
@@ -3243,6 +3336,8 @@ class McpServer:
             import traceback
             traceback.print_exc(file=sys.stderr)
             return _error(rid, -32603, f"Internal error: {type(err).__name__}")
+        if method in ("initialize", "server/discover", "tools/list"):
+            self.start_warm_up()
         return {"jsonrpc": "2.0", "id": rid, "result": result}
 
     def notify(self, method: str, params: Any) -> None:
@@ -3340,7 +3435,7 @@ def serve_stdio(settings: Settings) -> int:
     with contextlib.suppress(OSError):
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print from anywhere lands on stderr
     sys.stdout = sys.stderr
-    server = McpServer(settings)
+    server = McpServer(settings, warm_up=True)
     log(f"{SERVER_NAME} {__version__} on stdio; graph {settings.file_path}")
     stdin = sys.stdin.buffer
     while True:

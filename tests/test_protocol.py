@@ -255,3 +255,59 @@ def test_a_cursor_we_never_issued_is_refused(server):
     assert server.request("tools/list", {"cursor": "zzz"})["error"]["code"] == -32602
     assert server.request("tools/list", {"cursor": "zzz", "_meta": MODERN})["error"]["code"] == -32602
     assert "nextCursor" not in server.request("tools/list", {})["result"]
+
+
+def _stderr_text(server) -> str:
+    return b"".join(server.stderr).decode("utf-8", "replace")
+
+
+def _wait_for_stderr(server, needle: str, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in _stderr_text(server):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_graph_is_loaded_in_the_background_once_a_client_says_hello(tmp_path):
+    """After initialize, with no tool called yet, the graph is read and indexed (stderr says so); the first
+    call then uses that same loaded graph."""
+    from conftest import write_graph
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, [("shop-api", "service", ["deploys from main", "written in Go"]), ("web", "app", ["React 18"])])
+    server = StdioServer(path)
+    try:
+        time.sleep(0.3)
+        assert "graph loaded" not in _stderr_text(server)  # nothing before a client speaks
+        server.initialize()
+        assert _wait_for_stderr(server, "graph loaded and indexed in the background: 3 facts")
+        text, is_error = server.call("recall", {"query": "how does shop-api deploy"})
+        assert not is_error and "deploys from main" in text
+    finally:
+        server.close()
+    assert _stderr_text(server).count("graph loaded") == 1
+
+
+def test_a_tool_call_racing_the_background_load_waits_for_it(tmp_path):
+    """A call sent right after initialize, while a larger graph is still loading, gets the full answer."""
+    from conftest import write_graph
+    path = tmp_path / "memory.jsonl"
+    entities = [(f"service-{i}", "service", [f"service-{i} listens on port {8000 + i}", f"owned by team {i % 40}",
+                                             f"deploys every {i % 7 + 1} days"]) for i in range(3000)]
+    write_graph(path, entities)
+    server = StdioServer(path)
+    try:
+        server.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}}})
+        server.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "open_nodes", "arguments": {"names": ["service-2999"]}}})
+        assert server.read(timeout=30)["id"] == 1
+        reply = server.read(timeout=30)
+        assert reply["id"] == 2 and "listens on port 10999" in reply["result"]["content"][0]["text"]
+        text, _ = server.call("read_graph")
+        assert text.startswith("3000 entities")
+    finally:
+        server.close()
+    stderr = _stderr_text(server)
+    assert "Traceback" not in stderr and "stopped" not in stderr

@@ -556,3 +556,17 @@ def test_the_leading_entity_adds_only_facts_carrying_what_the_question_asks_for(
     monkeypatch.setattr(ms, "ANSWER_CONTEXT_FACTS", 0)
     off = call(make_memory(tmp_path / "off", entities), "recall", {"query": "how long do shopping sessions stay around?"})
     assert "entries expire" not in off
+
+
+def test_reference_item_sizes_are_counted_exactly_without_rendering():
+    """The receipts count the reference's pretty JSON by arithmetic; it must match the real render exactly,
+    for odd text too (quotes, backslashes, control characters, unicode, lone surrogates, empty lists)."""
+    rng = random.Random(7)
+    alphabet = ['a', 'Z', ' ', '"', '\\', '\n', '\t', '\x01', 'é', '中', '😀', '\ud800', '/', '<']
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(300)]
+    for i in range(200):
+        entity = {"name": texts[i], "entityType": texts[i + 1], "observations": texts[i + 2:i + 2 + rng.randint(0, 4)]}
+        relation = {"from": texts[i], "to": texts[i + 3], "relationType": texts[i + 5]}
+        for obj in (entity, relation):
+            text = ms._pretty_json(obj)
+            assert ms.pretty_item_size(obj) == len(text) + 4 * (text.count("\n") + 1), obj

@@ -586,22 +586,27 @@ def section_latency(b: Bench, args) -> dict:
         shutil.copyfile(master, p)
         t_init, mem = _timed(lambda: b.memory(p))
         targets = rng.sample([e["name"] for e in ents], n_warm + 1)
-        times, errs = [], 0
+        times, after_write, errs = [], [], 0
         for i, name in enumerate(targets):
             fact = f"2026-03-{(i % 28) + 1:02d}: bench write {i}: deployed {i}.{size % 97}.0 after a green canary"
             t, (text, err) = _timed(lambda: call(mem, "add_observations",
                                                  {"observations": [{"entityName": name, "contents": [fact]}]}))
             errs += bool(err)
             times.append(t)
+            a = queries["recall"][i % len(queries["recall"])]
+            t_read, (read_text, read_err) = _timed(lambda: call(mem, "recall", a))  # an agent reads between writes
+            after_write.append(t_read)
         res["add_observations"] = (t_init + times[0], statistics.median(times[1:]), tok(text), errs)
+        res["recall after a write"] = (after_write[0], statistics.median(after_write[1:]), tok(read_text), int(read_err))
         results[size] = res
-        for tool in ["search_nodes", "read_graph", "open_nodes", "recall", "add_observations"]:
+        for tool in ["search_nodes", "read_graph", "open_nodes", "recall", "add_observations", "recall after a write"]:
             cold, warm, tk, err = res[tool]
             rows.append([f"{size:,}", tool, fmt_ms(cold), fmt_ms(warm), tk, ("errors: %s" % err) if err else ""])
         print(f"  ... {size:,} facts done ({len(ents):,} entities, {len(rels):,} relations, "
               f"{os.path.getsize(master) / 1e6:.1f} MB)", flush=True)
     table(["facts", "call", "cold ms", "warm median ms", "answer tok", ""], rows, "llrrrl")
-    print("cold includes Memory() construction (file read, meta db, index build) + the first call.")
+    print("cold includes Memory() construction (file read, meta db, index build) + the first call;"
+          " 'recall after a write' is a recall right after each add_observations (its cold = after the first).")
     print("targets: search < 20 ms and write < 100 ms at 10k facts; recall < 50 ms warm at 100k.")
     r10 = results.get(10_000)
     if r10:

@@ -884,3 +884,35 @@ def test_two_graphs_in_one_folder_keep_separate_archives(tmp_path):
     assert mems[1].store.archive_path("svc").parent.name == "archive-work"
     assert [f.text for f in mems[0].store.read_archive("svc")] == ["2026-01-01: graph 0 old"]
     assert [f.text for f in mems[1].store.read_archive("svc")] == ["2026-01-01: graph 1 old"]
+
+
+def test_calls_keep_the_collector_off_the_graph_but_cyclic_garbage_is_still_swept(tmp_path, monkeypatch):
+    """After a call, what is alive is frozen (the collector no longer walks the big graph on every call); a
+    full sweep every HEAP_SWEEP_EVERY calls still frees cyclic garbage frozen in between."""
+    import gc
+    import weakref
+    import memory_server as ms
+    from conftest import call, make_memory
+    mem = make_memory(tmp_path, [("Api", "service", ["runs on port 8080"])])
+    monkeypatch.setattr(ms, "HEAP_SWEEP_EVERY", 4)
+    monkeypatch.setattr(ms, "_calls_since_sweep", 0)
+
+    class Node:
+        pass
+    gc.disable()  # no collection may take the cycle before the first call freezes it
+    cycle = Node()
+    cycle.me = cycle
+    gone = weakref.ref(cycle)
+    del cycle
+    try:
+        call(mem, "read_graph", {})
+        gc.enable()
+        assert gc.get_freeze_count() > 0
+        for _ in range(2):
+            call(mem, "search_nodes", {"query": "api"})
+        assert gone() is not None  # frozen: not collected yet
+        call(mem, "open_nodes", {"names": ["Api"]})  # the 4th call sweeps
+        assert gone() is None
+    finally:
+        gc.enable()
+        gc.unfreeze()

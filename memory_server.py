@@ -3253,7 +3253,7 @@ class McpServer:
 
     def start_warm_up(self) -> None:
         """Once a client has said hello, read the graph and build the search index in the background, so
-        the first real call does not pay for it (about 4 s at 100k facts). Tool calls wait on the same lock."""
+        the first real call does not pay for it (2.5 s at 100k facts). Tool calls wait on the same lock."""
         if not self._warm_up:
             return
         self._warm_up = False

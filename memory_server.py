@@ -1152,6 +1152,7 @@ class Ranking:
     total: int                 # every fact that matched at least one term
     weak: int                  # matched, but under the relevance gate
     unranked: int = 0          # matched above the gate but past the scored pool: counted as left out
+    wanted: re.Pattern[str] | None = None  # what the question asks for (a time, a number, a place)
 
 
 RANK_POOL = 400         # candidates scored in full (embedder, strength); the rest only counted
@@ -1378,7 +1379,7 @@ class SearchIndex:
             outside_weak = sum(1 for v in acc.values() if v < floor) - sum(1 for _, v in pool if v < floor)
             weak += outside_weak
             unranked = len(acc) - len(pool) - outside_weak
-        return Ranking(scored, terms, len(acc), weak, unranked)
+        return Ranking(scored, terms, len(acc), weak, unranked, wanted)
 
     def docs_named(self, name: str) -> list[EntityDoc]:
         if self._named_generation != self._generation:
@@ -1509,7 +1510,7 @@ def _names_the_entity(terms: list[Term], entity: Entity) -> bool:
     return any(t.weight_in(head) >= 1.0 for t in terms)
 
 
-def with_context(ranking: Ranking, graph: Graph, wanted: re.Pattern[str] | None = None) -> Ranking:
+def with_context(ranking: Ranking, graph: Graph) -> Ranking:
     """Budget left after every relevant fact goes to the other facts of a leading entity the query names
     (asking about "shop-api deploys" is asking about shop-api), nearest the best match first: facts are
     written in batches. They rank last, just at the gate, are counted as "nearby" in the footer and marked
@@ -1518,6 +1519,7 @@ def with_context(ranking: Ranking, graph: Graph, wanted: re.Pattern[str] | None 
     if not ranking.facts:
         return ranking
     gate = GATE_RATIO * ranking.facts[0].score
+    wanted = ranking.wanted
     shown = {(f.entity, f.text) for f in ranking.facts}  # matched facts keep their own place and count
     extra: list[ScoredFact] = []
     leaders = list(dict.fromkeys(f.entity for f in ranking.facts))[:CONTEXT_ENTITIES]
@@ -1539,7 +1541,7 @@ def with_context(ranking: Ranking, graph: Graph, wanted: re.Pattern[str] | None 
         return ranking
     kept = [f for f in ranking.facts if f.score >= gate]
     weak = [f for f in ranking.facts if f.score < gate]
-    return Ranking(kept + extra + weak, ranking.terms, ranking.total, ranking.weak, ranking.unranked)
+    return dataclasses.replace(ranking, facts=kept + extra + weak)
 
 
 # ── the reference server's exact answers: for the savings ledger and the benchmark ──
@@ -2496,8 +2498,8 @@ class Memory:
         """Load the graph and build everything the first call would (index, relation index, reference
         sizes for the receipts), so it does not pay for them. Returns the number of facts."""
         graph = self.graph()
-        self._reference_tokens(graph, self.index.docs[:1])
-        self.index.docs_named("")
+        self._reference_tokens(graph, self.index.docs[:1])  # relation sizes and the relation index
+        self.index.docs_named("")  # the name map
         settle_heap()
         return sum(len(doc.facts) for doc in self.index.docs)
 
@@ -2913,8 +2915,7 @@ class Memory:
             raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
-        ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph,
-                               wanted_mention(query))
+        ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph)
         types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
         now = time.time()
         packed = pack_facts(query, ranking, budget, types,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import SERVER, StdioServer
+from conftest import SERVER, StdioServer, write_graph
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
           "io.modelcontextprotocol/clientCapabilities": {},
@@ -273,7 +273,6 @@ def _wait_for_stderr(server, needle: str, timeout: float = 20.0) -> bool:
 def test_the_graph_is_loaded_in_the_background_once_a_client_says_hello(tmp_path):
     """After initialize, with no tool called yet, the graph is read and indexed (stderr says so); the first
     call then uses that same loaded graph."""
-    from conftest import write_graph
     path = tmp_path / "memory.jsonl"
     write_graph(path, [("shop-api", "service", ["deploys from main", "written in Go"]), ("web", "app", ["React 18"])])
     server = StdioServer(path)
@@ -291,7 +290,6 @@ def test_the_graph_is_loaded_in_the_background_once_a_client_says_hello(tmp_path
 
 def test_a_tool_call_racing_the_background_load_waits_for_it(tmp_path):
     """A call sent right after initialize, while a larger graph is still loading, gets the full answer."""
-    from conftest import write_graph
     path = tmp_path / "memory.jsonl"
     entities = [(f"service-{i}", "service", [f"service-{i} listens on port {8000 + i}", f"owned by team {i % 40}",
                                              f"deploys every {i % 7 + 1} days"]) for i in range(3000)]

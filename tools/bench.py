@@ -548,9 +548,10 @@ def section_latency(b: Bench, args) -> dict:
         pass
     rows = []
     results = {}
+    masters = {}
     for size in sizes:
         ents, rels = generate_graph(size, seed=42 + size)
-        master = b.path(f"lat{size}")
+        master = masters[size] = b.path(f"lat{size}")
         write_jsonl(master, ents, rels)
         words = [w for w, _ in common_words(ents, 12)]
         rng = random.Random(size)
@@ -617,10 +618,10 @@ def section_latency(b: Bench, args) -> dict:
     if r100:
         print(f"  at 100k: recall warm {fmt_ms(r100['recall'][1])} ms ({'met' if r100['recall'][1] < 0.050 else 'NOT met'})")
     largest = sizes[-1]
-    master = b.path(f"stdio{largest}")
-    write_jsonl(master, *generate_graph(largest, seed=42 + largest))
-    _, at_once = stdio_first_call(master, wait_for_background_load=False)
-    waited, after_load = stdio_first_call(master, wait_for_background_load=True)
+    stdio_graph = b.path(f"stdio{largest}")
+    shutil.copyfile(masters[largest], stdio_graph)
+    _, at_once = stdio_first_call(stdio_graph, wait_for_background_load=False)
+    waited, after_load = stdio_first_call(stdio_graph, wait_for_background_load=True)
     print(f"first recall over stdio at {largest:,} facts (real server process): sent right after initialize "
           f"{fmt_ms(at_once)} ms; sent once the background load finished ({waited:.1f} s after initialize) "
           f"{fmt_ms(after_load)} ms ({at_once / max(after_load, 1e-9):.0f}x faster)")

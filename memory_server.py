@@ -16,6 +16,7 @@ import gc
 import dataclasses
 import datetime as dt
 import difflib
+import functools
 import hashlib
 import heapq
 import json
@@ -255,7 +256,15 @@ class StoreError(Exception):
     """A store problem the agent can act on (lock timeout, unwritable folder)."""
 
 
-LOCK_STALE_SECONDS = 30.0
+# The writer lock. A lock whose owner runs on this machine is broken only when that process is gone
+# (never for its age: a compact may run long, a laptop sleeps, a debugger pauses). The owner touches its
+# lock every LOCK_HEARTBEAT_SECONDS while it holds it, so a waiter on another machine (a shared or synced
+# folder) sees it is alive; another machine's lock that has not changed for FOREIGN_LOCK_SILENT_SECONDS,
+# as measured by the waiter's own clock (the two clocks may disagree), is broken with a message.
+LOCK_HEARTBEAT_SECONDS = 2.0        # a guess: cheap (one utime) and far below the silent bound
+FOREIGN_LOCK_SILENT_SECONDS = 60.0  # 30 missed heartbeats: a sleeping or dead machine, not a slow one
+EMPTY_LOCK_SECONDS = 2.0            # a lock with no owner record: its writer died between create and write
+WRITE_ATTEMPTS = 3                  # re-reads and re-applies when the lock or the file changed under a write
 WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
 _SAFE_FILE_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -314,6 +323,9 @@ class Transaction:
         self.archive_adds: list[tuple[str, list[str], str]] = []
         self.archive_removes: list[tuple[str, list[str]]] = []
         self.archive_renames: list[tuple[str, str]] = []
+        self.fact_moves: list[tuple[tuple[str, str], tuple[str, str]]] = []  # metadata to move once saved
+        self.notes: list[str] = []  # what a saved change could not do on the side (said in the answer)
+        self.read_key: tuple[int, int, int] | None = None  # the file version the change was made on
         self.changed = False
         self.added = self.refused = 0  # facts, for "did anything go in?"
 
@@ -341,6 +353,13 @@ class Transaction:
         if facts:
             self.archive_removes.append((name, list(facts)))
 
+    def rename_archive(self, old: str, new: str) -> None:
+        self.archive_renames.append((old, new))
+
+    def move_facts(self, moves: list[tuple[tuple[str, str], tuple[str, str]]]) -> None:
+        """Keep facts' metadata (pins, use) across a rename or an edit, once the change is saved."""
+        self.fact_moves += moves
+
     def changes(self) -> dict[str, Any]:
         """Before/after of every touched entity and the relation diff: the history record."""
         entities = []
@@ -363,19 +382,46 @@ class Transaction:
                 "renamed": [list(p) for p in self.archive_renames]}
 
 
+class WriteConflict(Exception):
+    """The lock stopped being ours, or the file changed, between our read and our replace: re-read and re-apply."""
+
+
+def side_file_names(path: Path) -> tuple[Path, Path]:
+    """(metadata database, archive folder) of the graph file `path`: each graph has its own.
+
+    memory.jsonl keeps memory.db and archive/ (the layout users know); another .jsonl file keeps
+    <stem>.db and archive-<stem>/; any other file name (memory.json, notes) gets names from its whole
+    name (memory.json.db, archive-memory.json/), so memory.jsonl and memory.json in one folder never
+    share. A folder made by an older version for such a file is still used when it holds the only graph."""
+    folder, stem = path.parent, path.stem
+    legacy = (folder / f"{stem}.db", folder / ("archive" if stem == "memory" else f"archive-{stem}"))
+    if path.suffix == ".jsonl":
+        return legacy
+    own = (folder / f"{path.name}.db" if path.suffix != ".db" else folder / f"{path.name}.meta.db",
+           folder / f"archive-{path.name}")
+    sibling = folder / f"{stem}.jsonl"
+    if path.suffix != ".db" and not own[0].exists() and legacy[0].exists() and not sibling.exists():
+        return legacy
+    return own
+
+
 class GraphStore:
+    """The graph file and its side files: lock, cache, transactions, archive, backups, unreadable lines."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.path = settings.file_path
+        # A symlinked memory.jsonl (dotfiles, a synced folder) stays a symlink: everything works on the real
+        # file, and lock, temp files, archive and backups sit beside it, so two links share one lock.
+        self.path = Path(os.path.realpath(settings.file_path))
         self.folder = self.path.parent
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.unreadable_path = self.path.with_name(self.path.name + ".unreadable")
-        # memory.jsonl keeps archive/ (the layout users know); another graph in the same folder gets its own
-        self.archive_dir = self.folder / ("archive" if self.path.stem == "memory" else f"archive-{self.path.stem}")
+        self.meta_path, self.archive_dir = side_file_names(self.path)
         self.backup_dir = self.folder / "backups"
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: Graph | None = None
         self.generation = 0  # bumps whenever the cached graph is replaced
+        self._lock_seen: tuple[Any, float] | None = None  # (the lock's state, when we first saw it): silence
 
     # ── reading (never locks, never writes) ──
     def stat_key(self) -> tuple[int, int, int] | None:
@@ -399,49 +445,81 @@ class GraphStore:
         self.generation += 1
         return graph
 
+    def cached_key(self) -> tuple[int, int, int] | None:
+        """The file version of the graph read() last returned."""
+        return self._cache_key
+
     def _read_bytes(self) -> bytes:
         try:
             return self.path.read_bytes()
         except FileNotFoundError:
             return b""
 
-    def _read_fresh(self) -> Graph:
-        return parse_graph_bytes(self._read_bytes())
+    def read_fresh(self) -> tuple[Graph, tuple[int, int, int] | None]:
+        """The file's graph parsed anew (never the cache) and the file version it came from."""
+        for _ in range(5):
+            key = self.stat_key()
+            data = self._read_bytes()
+            if key == self.stat_key():
+                break
+        return parse_graph_bytes(data), key
 
-    def _fresh_under_lock(self) -> Graph:
+    def _fresh_under_lock(self) -> tuple[Graph, tuple[int, int, int] | None]:
         """The current file's graph, to change: a copy of the cache when nobody wrote since, else parsed anew."""
-        if self._cache is not None and self._cache_key is not None and self.stat_key() == self._cache_key:
+        key = self.stat_key()
+        if self._cache is not None and self._cache_key is not None and key == self._cache_key:
             g = self._cache  # entities are shared with the cache; a failed change drops the cache (transaction)
-            return Graph(list(g.entities), list(g.relations), list(g.other_lines), list(g.unreadable))
-        return self._read_fresh()
+            return Graph(list(g.entities), list(g.relations), list(g.other_lines), list(g.unreadable)), key
+        return self.read_fresh()
 
     # ── the writer lock ──
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> Iterator[str]:
+        """Hold the writer lock (yields its token). Waits up to settings.lock_timeout for another writer."""
         self.folder.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.settings.lock_timeout
         token = f"{os.getpid()}-{secrets.token_hex(6)}"
-        while True:
-            try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except (FileExistsError, PermissionError):  # Windows reports a lock being deleted as EACCES
-                if self._break_stale_lock():
-                    continue
-                if time.monotonic() > deadline:
-                    raise StoreError(f"the graph is locked by another writer ({self._describe_lock()}); "
-                                     "try again in a moment") from None
-                time.sleep(random.uniform(0.003, 0.02))
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(), "token": token,
+                  "started": process_start_id(os.getpid())}
+        while not self._create_lock(record):
+            if self._break_stale_lock():
                 continue
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
-                           "token": token}, handle)
-            break
+            if time.monotonic() > deadline:
+                raise StoreError(f"the graph is locked by another writer ({self._describe_lock()}); "
+                                 "try again in a moment") from None
+            time.sleep(random.uniform(0.003, 0.02))
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(token, stop), daemon=True, name="graphmem-lock")
+        beat.start()
         try:
-            yield
+            yield token
         finally:
+            stop.set()
             with contextlib.suppress(FileNotFoundError):
                 if self._lock_token() == token:
                     os.unlink(self.lock_path)
+
+    def _create_lock(self, record: dict[str, Any]) -> bool:
+        """Create the lock file exclusively; False when another writer holds it."""
+        try:
+            fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        except PermissionError:
+            if os.name == "nt" and self.lock_path.exists():  # Windows reports a lock being deleted as EACCES
+                return False
+            raise StoreError(f"cannot create the lock file {self.lock_path} (permission denied): "
+                             "the folder is read-only for this user") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(record, handle)
+        return True
+
+    def _heartbeat(self, token: str, stop: threading.Event) -> None:
+        """While we hold the lock, touch it now and then: a waiter on another machine sees we are alive."""
+        while not stop.wait(LOCK_HEARTBEAT_SECONDS):
+            with contextlib.suppress(OSError):
+                if self._lock_token() == token:
+                    os.utime(self.lock_path)
 
     def _lock_info(self) -> dict[str, Any] | None:
         try:
@@ -456,22 +534,62 @@ class GraphStore:
 
     def _describe_lock(self) -> str:
         info = self._lock_info() or {}
-        return f"pid {info.get('pid', '?')} on {info.get('host', '?')}"
+        where = info.get("host", "?")
+        text = f"pid {info.get('pid', '?')} on {where}"
+        if where not in ("?", socket.gethostname()):
+            silent = self._silent_for(self._lock_state())
+            text += (f", another machine: broken once it shows no sign of life for {FOREIGN_LOCK_SILENT_SECONDS:.0f} s"
+                     f" (silent {silent:.0f} s so far)")
+        return text
+
+    def _lock_state(self) -> tuple[Any, ...] | None:
+        try:
+            st = os.stat(self.lock_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino, json.dumps(self._lock_info(), sort_keys=True))
+
+    def _silent_for(self, state: tuple[Any, ...] | None) -> float:
+        """How long (our monotonic clock) the lock has stayed exactly as it is now: no heartbeat seen."""
+        now = time.monotonic()
+        if state is None:
+            self._lock_seen = None
+            return 0.0
+        if self._lock_seen is None or self._lock_seen[0] != state:
+            self._lock_seen = (state, now)
+        return now - self._lock_seen[1]
+
+    def _stale_reason(self) -> str | None:
+        """Why the current lock may be broken, or None while its owner may be alive."""
+        state = self._lock_state()
+        if state is None:
+            return "gone"
+        info = self._lock_info()
+        silent = self._silent_for(state)
+        age = time.time() - state[0] / 1e9  # by our clock; another machine's clock may disagree
+        if info is None:  # no owner record: its writer died between creating and writing it
+            return "empty" if max(age, silent) > EMPTY_LOCK_SECONDS else None
+        pid = int(info.get("pid", 0) or 0) if str(info.get("pid", "")).isdigit() else 0
+        if info.get("host") == socket.gethostname():
+            if not _pid_alive(pid):
+                return f"pid {pid} is no longer running"
+            started = info.get("started")
+            if started and process_start_id(pid) not in (None, started):
+                return f"pid {pid} is another process now (the lock's owner is gone)"
+            return None  # a live owner on this machine: never broken, however long it takes
+        heartbeat_missed = silent > 3 * LOCK_HEARTBEAT_SECONDS
+        if (heartbeat_missed and age > FOREIGN_LOCK_SILENT_SECONDS) or silent > FOREIGN_LOCK_SILENT_SECONDS:
+            return f"pid {pid} on {info.get('host')} showed no sign of life for {max(silent, min(age, 1e9)):.0f} s"
+        return None
 
     def _break_stale_lock(self) -> bool:
-        """Break a lock whose owner died (SIGKILL) or that is older than any real write."""
-        try:
-            age = time.time() - os.stat(self.lock_path).st_mtime
-        except FileNotFoundError:
+        """Break a lock whose owner is gone; True when the lock is gone or was broken."""
+        reason = self._stale_reason()
+        if reason is None:
+            return False
+        if reason == "gone":
             return True
         info = self._lock_info()
-        stale = age > LOCK_STALE_SECONDS
-        if info is None:
-            stale = stale or age > 2.0  # created but never written: the writer died in between
-        elif info.get("host") == socket.gethostname() and os.name != "nt":
-            stale = stale or not _pid_alive(int(info.get("pid", 0) or 0))
-        if not stale:
-            return False
         aside = self.lock_path.with_name(f"{self.lock_path.name}.stale-{os.getpid()}-{secrets.token_hex(3)}")
         try:
             os.replace(self.lock_path, aside)
@@ -485,30 +603,48 @@ class GraphStore:
                 os.link(aside, self.lock_path)
         with contextlib.suppress(OSError):
             os.unlink(aside)
-        log(f"broke a stale lock on {self.path.name} ({'pid %s' % info.get('pid') if info else 'empty'}, {age:.1f}s old)")
+        log(f"broke the lock on {self.path.name}: {reason}")
         return True
+
+    def _check_still_ours(self, token: str, read_key: tuple[int, int, int] | None) -> None:
+        """Right before the replace: the lock is still ours and the file is the one we read."""
+        if self._lock_token() != token:
+            raise WriteConflict(f"the lock on {self.path.name} was taken by {self._describe_lock()} meanwhile")
+        if self.stat_key() != read_key:
+            raise WriteConflict(f"{self.path.name} was changed by another program meanwhile")
 
     # ── transactions: lock, re-read, change, archive, atomic write ──
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        with self.lock():
-            tx = Transaction(self._fresh_under_lock())
+        """Lock, read the current file, let the caller change it, then write it (raises WriteConflict to retry)."""
+        with self.lock() as token:
+            graph, read_key = self._fresh_under_lock()
+            tx = Transaction(graph)
+            tx.read_key = read_key
             try:
                 yield tx
                 if tx.changed or tx.graph.unreadable:
-                    self._commit(tx)
+                    self._commit(tx, token, read_key)
             except BaseException:
                 self._cache_key = None  # the change may have half-edited entities shared with the cache: re-read
                 raise
 
-    def _commit(self, tx: Transaction) -> None:
+    def _commit(self, tx: Transaction, token: str, read_key: tuple[int, int, int] | None) -> None:
+        """Write a change. Facts moving between graph and archive are written first where they arrive and
+        removed last where they leave, so a failure or a crash in between duplicates a fact, never loses one."""
         self._backup_daily()
-        self._apply_archive(tx)  # archive first: a crash in between duplicates a fact, never loses one
-        if tx.graph.unreadable:
-            self._set_aside_unreadable(tx.graph)
-        self._write_atomic(serialise_graph(tx.graph).encode("utf-8"))
+        undo = self._archive_gains(tx)
+        try:
+            if tx.graph.unreadable:
+                self._set_aside_unreadable(tx.graph)
+            self._write_atomic(serialise_graph(tx.graph).encode("utf-8"),
+                               before_replace=lambda: self._check_still_ours(token, read_key))
+        except BaseException:
+            self._restore_files(undo)
+            raise
         self._cache, self._cache_key = tx.graph, self.stat_key()
         self.generation += 1
+        self._archive_losses(tx)
         self._remove_dead_temp_files()
 
     def _remove_dead_temp_files(self) -> None:
@@ -517,7 +653,7 @@ class GraphStore:
             with contextlib.suppress(OSError):
                 leftover.unlink()
 
-    def _write_atomic(self, data: bytes) -> None:
+    def _write_atomic(self, data: bytes, before_replace: Callable[[], None] = lambda: None) -> None:
         fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.folder)
         with contextlib.suppress(OSError):  # keep the file's mode (mkstemp makes 0600; the reference leaves 0644)
             os.chmod(tmp, (os.stat(self.path).st_mode & 0o777) if self.path.exists() else 0o644)
@@ -526,18 +662,13 @@ class GraphStore:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+            before_replace()
             os.replace(tmp, self.path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        if os.name != "nt":  # make the rename itself durable
-            with contextlib.suppress(OSError):
-                dir_fd = os.open(self.folder, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+        fsync_folder(self.folder)
 
     def _set_aside_unreadable(self, graph: Graph) -> None:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -597,25 +728,64 @@ class GraphStore:
     def archived_count(self, name: str) -> int:
         return len(self.read_archive(name)) if self.archive_dir.exists() else 0
 
-    def _apply_archive(self, tx: Transaction) -> None:
-        for old, new in tx.archive_renames:
-            facts = self.read_archive(old)
-            if facts:
-                self._write_archive(new, self.read_archive(new) + facts)
-                with contextlib.suppress(FileNotFoundError):
-                    self.archive_path(old).unlink()
-        for name, texts in tx.archive_removes:
-            facts = self.read_archive(name)
-            remaining = list(facts)
-            for text in texts:
-                for i, fact in enumerate(remaining):
-                    if fact.text == text:
-                        del remaining[i]
-                        break
-            self._write_archive(name, remaining)
+    def _archive_gains(self, tx: Transaction) -> list[tuple[Path, bytes | None]]:
+        """Write the archive files that gain facts (archived facts, a rename's new name), before the graph.
+        A fact already in the file is not added twice (a rerun of an interrupted compact). Returns what
+        each file held before, to put back if the graph write fails."""
+        gains: dict[str, list[ArchivedFact]] = {}
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        for old, new in tx.archive_renames:
+            gains.setdefault(new, []).extend(self.read_archive(old))
         for name, texts, why in tx.archive_adds:
-            self._write_archive(name, self.read_archive(name) + [ArchivedFact(t, why, stamp) for t in texts])
+            gains.setdefault(name, []).extend(ArchivedFact(t, why, stamp) for t in texts)
+        before: list[tuple[Path, bytes | None]] = []
+        try:
+            for name, arriving in gains.items():
+                current = self.read_archive(name)
+                known = {f.text for f in current}
+                fresh = [f for f in arriving if f.text not in known and not known.add(f.text)]
+                if fresh:
+                    before.append((self.archive_path(name), _file_bytes(self.archive_path(name))))
+                    self._write_archive(name, current + fresh)
+        except BaseException:
+            self._restore_files(before)
+            raise
+        return before
+
+    def _archive_losses(self, tx: Transaction) -> None:
+        """After the graph is written: remove restored facts and a rename's old file. A failure here leaves a
+        duplicate (the fact in the graph and in the archive), said in the answer, never a loss."""
+        losses: dict[str, list[str] | None] = {}  # None: the whole file (renamed away)
+        for old, _new in tx.archive_renames:
+            losses[old] = None
+        for name, texts in tx.archive_removes:
+            if losses.get(name, []) is not None:
+                losses.setdefault(name, []).extend(texts)
+        for name, texts in losses.items():
+            try:
+                if texts is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.archive_path(name).unlink()
+                    continue
+                remaining = self.read_archive(name)
+                for text in texts:
+                    for i, fact in enumerate(remaining):
+                        if fact.text == text:
+                            del remaining[i]
+                            break
+                self._write_archive(name, remaining)
+            except OSError as err:
+                tx.notes.append(f"the archive of {_q(name)} still lists what moved out of it ({err.strerror or err}); "
+                                "harmless, the next change to it tidies it")
+
+    def _restore_files(self, before: list[tuple[Path, bytes | None]]) -> None:
+        """Best effort: put files back as they were (after a failed graph write). Failing leaves a duplicate."""
+        for path, data in reversed(before):
+            with contextlib.suppress(OSError):
+                if data is None:
+                    path.unlink()
+                else:
+                    self._write_file(path, data)
 
     def _write_archive(self, name: str, facts: list[ArchivedFact]) -> None:
         path = self.archive_path(name)
@@ -624,13 +794,39 @@ class GraphStore:
                 path.unlink()
             return
         self.archive_dir.mkdir(parents=True, exist_ok=True)
-        data = render_archive(name, facts).encode("utf-8", "surrogatepass")
-        fd, tmp = tempfile.mkstemp(prefix=".archive.", suffix=".tmp", dir=self.archive_dir)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        self._write_file(path, render_archive(name, facts).encode("utf-8", "surrogatepass"))
+
+    def _write_file(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".archive.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX; Windows has no directory handles for this)."""
+    if os.name == "nt":
+        return
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def read_archive_text(path: Path) -> str:
@@ -683,8 +879,11 @@ def archive_entity_name(path: Path) -> str | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (Windows: asked without signalling it)."""
     if pid <= 0:
         return False
+    if os.name == "nt":
+        return _windows_pid_alive(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -692,6 +891,28 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    import ctypes  # Windows only: os.kill there would terminate the process
+    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return ctypes.get_last_error() == 5 or kernel32.GetLastError() == 5  # access denied: it exists
+    try:
+        code = ctypes.c_ulong()
+        return not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)) or code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
+
+
+def process_start_id(pid: int) -> str | None:
+    """When process `pid` started (Linux: /proc), so a lock is not kept alive by a reused pid; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        return fields[19].decode()  # field 22, starttime; fields after the name start at field 3
+    except (OSError, IndexError):
+        return None
 
 
 def log(message: str) -> None:
@@ -737,6 +958,27 @@ SCHEMA = [
 ]
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a memory.db up to the newest schema (PRAGMA user_version counts the scripts applied)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    for number, script in enumerate(SCHEMA, start=1):
+        if version < number:
+            conn.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version={number}; COMMIT;")
+    conn.execute("SELECT count(*) FROM facts").fetchone()
+
+
+def describe_db_error(path: Path, err: BaseException) -> str:
+    """What went wrong with memory.db, in words an agent can act on."""
+    text = str(err)
+    if "locked" in text or "busy" in text:
+        return f"{path.name} is busy (another process holds it)"
+    if "readonly" in text or "read-only" in text or isinstance(err, PermissionError):
+        return f"{path.name} is read-only"
+    if "unable to open" in text:
+        return f"{path.name} cannot be opened (is its folder writable?)"
+    return f"{path.name} failed ({text})"
+
+
 def db_text(text: str) -> str:
     """SQLite wants valid UTF-8: lone surrogates (legal in the JSONL) are stored escaped, as the file stores them."""
     return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
@@ -759,46 +1001,121 @@ class FactState:
         return 0.5 ** (hours / max(self.stability, 1.0))
 
 
+META_BUSY_SECONDS = 1.0   # a call waits this long for memory.db held by another process, then goes on without it
+META_REOPEN_SECONDS = 5.0  # an unavailable memory.db is tried again this often
+
+
+SKIPPED_WORDS = {"reconcile": "fact ages", "save_states": "usage and pins", "move_facts": "pins of moved facts",
+                 "record_call": "receipts", "add_probe": "guardrail probes", "probes": "guardrail probes",
+                 "record_history": "history (undo)", "history": "history"}
+
+
+def best_effort(default: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """MetaStore methods that never fail a call: on a busy, read-only or damaged memory.db they return
+    `default` (called, when callable) and leave a note that the answer will carry."""
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def run(self: "MetaStore", *args: Any, **kwargs: Any) -> Any:
+            if not self.busy:
+                try:
+                    return method(self, *args, **kwargs)
+                except (sqlite3.Error, OSError) as err:
+                    self.failed(err)
+            self.skipped.add(method.__name__)
+            return default() if callable(default) else default
+        return run
+    return wrap
+
+
 class MetaStore:
-    """Derived state keyed by (entity, fact text). The JSONL stays the truth: deleting this loses history, not facts."""
+    """Derived state keyed by (entity, fact text). The JSONL stays the truth: deleting this loses history, not facts.
+
+    Best-effort: a busy (locked by another process), read-only or damaged memory.db never fails a read and
+    never turns a saved write into an error; `note()` says what was not read or recorded. No write-ahead log:
+    a damaged -shm file of a WAL database kills a process with SIGBUS, which no Python code can catch."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.problem: str | None = None  # why memory.db could not be used in this call
+        self.busy = False                # this call already gave up waiting for memory.db: skip the rest
+        self.skipped: set[str] = set()   # what was skipped in this call
+        self.unavailable: str | None = None  # memory.db could not be opened: kept in memory only
+        self._reopen_at = 0.0
         self.conn = self._open()
         self.states: dict[tuple[str, str], FactState] = {}
         self._data_version = -1
         self._reconciled_generation = -1
 
+    # ── opening, and what to say when it fails ──
     def _open(self) -> sqlite3.Connection:
+        try:
+            return self._open_file()
+        except (sqlite3.Error, OSError) as err:
+            self.unavailable = describe_db_error(self.path, err)
+            self._reopen_at = time.monotonic() + META_REOPEN_SECONDS
+            log(f"warning: {self.unavailable}; pins, history and receipts are kept in memory until it works again")
+            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            _migrate(conn)
+            return conn
+
+    def _open_file(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return self._connect_and_migrate()
+        except sqlite3.OperationalError:
+            raise  # busy, read-only, cannot open: not damage, never moved aside
         except sqlite3.DatabaseError as err:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             log(f"warning: {self.path.name} is unreadable ({err}); moved to {aside.name} and rebuilt from the graph")
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", "-journal", "-wal", "-shm"):
                 with contextlib.suppress(OSError):
                     os.replace(str(self.path) + suffix, str(aside) + suffix)
             return self._connect_and_migrate()
 
     def _connect_and_migrate(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(self.path, timeout=META_BUSY_SECONDS, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA busy_timeout=10000")
-            with contextlib.suppress(sqlite3.OperationalError):
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            for number, script in enumerate(SCHEMA, start=1):
-                if version < number:
-                    conn.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version={number}; COMMIT;")
-            conn.execute("SELECT count(*) FROM facts").fetchone()
-        except sqlite3.DatabaseError:
+            conn.execute(f"PRAGMA busy_timeout={int(META_BUSY_SECONDS * 1000)}")
+            conn.execute("PRAGMA mmap_size=0")  # no memory-mapped pages a truncation could turn into SIGBUS
+            with contextlib.suppress(sqlite3.OperationalError):  # another process may still hold it in WAL mode
+                conn.execute("PRAGMA journal_mode=DELETE")
+            conn.execute("PRAGMA synchronous=OFF")  # pins and history commit with NORMAL (write(durable=True))
+            _migrate(conn)
+        except BaseException:
             conn.close()
             raise
         return conn
 
+    def begin_call(self) -> None:
+        """A new tool call: forget the last call's problems; try an unavailable memory.db again now and then."""
+        self.problem, self.busy, self.skipped = None, False, set()
+        if self.unavailable and time.monotonic() >= self._reopen_at:
+            try:
+                conn = self._open_file()
+            except (sqlite3.Error, OSError):
+                self._reopen_at = time.monotonic() + META_REOPEN_SECONDS
+            else:
+                log(f"{self.path.name} works again; metadata is recorded from now on")
+                self.conn.close()
+                self.conn, self.unavailable, self._data_version = conn, None, -1
+
+    def failed(self, err: BaseException) -> None:
+        """Remember why memory.db failed in this call; a busy one is not waited for again in the same call."""
+        self.problem = describe_db_error(self.path, err)
+        self.busy = self.busy or "locked" in str(err) or "busy" in str(err)
+        log(f"warning: {self.problem}")
+
+    def note(self) -> str:
+        """One line for the answer when metadata could not be read or recorded in this call, else ''."""
+        problem = self.problem or self.unavailable
+        if not problem:
+            return ""
+        missed = sorted({SKIPPED_WORDS.get(name, name) for name in self.skipped}) or ["pins, history and receipts"]
+        where = "kept in memory only" if self.unavailable and not self.problem else "not read or recorded"
+        return f"Note: {problem}: the graph was read and written as usual; {where}: {', '.join(missed)}."
+
     # ── fact state ──
+    @best_effort()
     def reconcile(self, graph: Graph, generation: int, client: str | None) -> None:
         """Bring fact state in line with the graph: facts added or removed by other tools or people."""
         dv = self.conn.execute("PRAGMA data_version").fetchone()[0]
@@ -827,14 +1144,26 @@ class MetaStore:
         self._data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
+    def write(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction. durable: synced to disk at commit (pins, history); else the OS writes it
+        when it likes (usage, receipts: a power cut may lose the last few, or need a rebuild)."""
+        if self.busy:
+            raise sqlite3.OperationalError("database is locked (gave up waiting earlier in this call)")
+        if durable:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        finally:
+            if durable:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("PRAGMA synchronous=OFF")
 
     def state(self, entity: str, text: str) -> FactState:
         key = (db_text(entity), db_text(text))
@@ -843,13 +1172,14 @@ class MetaStore:
             self.states[key] = FactState(now, now)
         return self.states[key]
 
-    def save_states(self, keys: Iterable[tuple[str, str]]) -> None:
+    @best_effort()
+    def save_states(self, keys: Iterable[tuple[str, str]], durable: bool = False) -> None:
         rows = []
         for entity, text in keys:
             s = self.state(entity, text)
             rows.append((db_text(entity), db_text(text), s.created, s.last_used, s.uses, s.stability, s.importance, int(s.pinned), s.client))
         if rows:
-            with self.write():
+            with self.write(durable):
                 self.conn.executemany(
                     "INSERT OR REPLACE INTO facts(entity, text, created, last_used, uses, stability, importance, pinned, client)"
                     " VALUES (?,?,?,?,?,?,?,?,?)", rows)
@@ -865,6 +1195,7 @@ class MetaStore:
             s.last_used, s.uses = now, s.uses + 1
         self.save_states(keys)
 
+    @best_effort()
     def move_facts(self, renames: list[tuple[tuple[str, str], tuple[str, str]]]) -> None:
         """Keep a fact's state when its entity is renamed or its text edited."""
         renames = [((db_text(a), db_text(b)), (db_text(c), db_text(d))) for (a, b), (c, d) in renames]
@@ -878,27 +1209,32 @@ class MetaStore:
                 self.conn.execute("UPDATE OR REPLACE anchors SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
 
     # ── ledger ──
+    @best_effort()
     def record_call(self, tool: str, client: str | None, tokens: int, reference_tokens: int) -> None:
         with self.write():
             self.conn.execute("INSERT INTO ledger(ts, tool, client, tokens, reference_tokens) VALUES (?,?,?,?,?)",
                               (time.time(), tool, db_text(client) if client else None, tokens, reference_tokens))
 
     # ── probes ──
+    @best_effort(False)
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
         with self.write():
             cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
                                     (db_text(query), db_text(entity), db_text(fact), source, time.time()))
         return cur.rowcount > 0
 
+    @best_effort(list)
     def probes(self) -> list[tuple[str, str, str, str]]:
         return list(self.conn.execute("SELECT query, entity, fact, source FROM probes ORDER BY id"))
 
     # ── history ──
+    @best_effort()
     def record_history(self, client: str | None, summary: str, changes: dict[str, Any]) -> None:
-        with self.write():
+        with self.write(durable=True):
             self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
                               (time.time(), db_text(client) if client else None, db_text(summary), json.dumps(changes)))
 
+    @best_effort(list)
     def history(self, limit: int) -> list[tuple[int, float, str | None, str, int]]:
         return list(self.conn.execute(
             "SELECT id, ts, client, summary, undone FROM history ORDER BY id DESC LIMIT ?", (limit,)))
@@ -2482,8 +2818,7 @@ class Memory:
     def __init__(self, settings: Settings, client: str | None = None):
         self.settings = settings
         self.store = GraphStore(settings)
-        self.meta = MetaStore(settings.file_path.with_suffix(".db") if settings.file_path.suffix != ".db"
-                              else settings.file_path.with_name(settings.file_path.name + ".meta.db"))
+        self.meta = MetaStore(self.store.meta_path)
         self.index = SearchIndex()
         self.client = client
         self.lock = threading.RLock()
@@ -2536,9 +2871,9 @@ class Memory:
             return f"Invalid arguments for {name}: {problem}.", True
         with self.lock:
             try:
-                text = getattr(self, tool.handler)(**{k: v for k, v in arguments.items()
-                                                      if k in tool.input_schema["properties"]})
-                return text, False
+                handler = getattr(self, tool.handler)
+                return self._call(lambda: handler(**{k: v for k, v in arguments.items()
+                                                     if k in tool.input_schema["properties"]})), False
             except ToolError as err:
                 return str(err), True
             except StoreError as err:
@@ -2549,17 +2884,32 @@ class Memory:
                 settle_heap()
 
     def _mutate(self, summary: str, change: Callable[[Transaction], str]) -> str:
-        """One code path for a change: lock, fresh read, change, archive, atomic write, history."""
-        with self.store.transaction() as tx:
-            self.graph()  # fact state for the fresh graph (pins, anchors) as of now
-            result = change(tx)
-            changes = tx.changes() if tx.changed else None
+        """One code path for a change: lock, fresh read, change, archive, atomic write, history.
+        When the lock or the file changed under the write (WriteConflict), it is re-read and re-applied."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                with self.store.transaction() as tx:
+                    self.graph()  # fact state for the fresh graph (pins, anchors) as of now
+                    result = change(tx)
+                    changes = tx.changes() if tx.changed else None
+                break
+            except WriteConflict as err:
+                log(f"{err}; re-reading and applying the change again ({attempt}/{WRITE_ATTEMPTS})")
+                if attempt == WRITE_ATTEMPTS:
+                    raise StoreError(f"{err}, {WRITE_ATTEMPTS} times in a row; nothing was changed, try again") from None
+        self._after_commit(tx, summary, changes)
+        return "\n".join([result, *tx.notes])
+
+    def _after_commit(self, tx: Transaction, summary: str, changes: dict[str, Any] | None) -> None:
+        """Metadata of a saved change (moved pins, history, anchors): best effort; the answer's note says
+        what failed (see MetaStore.note)."""
+        if tx.fact_moves:
+            self.meta.move_facts(tx.fact_moves)
         if changes and (changes["entities"] or changes["relationsAdded"] or changes["relationsRemoved"]):
             self.meta.record_history(self.client, summary, changes)
         self.graph()
         if changes:
             self._after_write(changes)
-        return result
 
     def _after_write(self, changes: dict[str, Any]) -> None:
         for item in changes["entities"]:
@@ -2959,7 +3309,11 @@ class Memory:
             message = f"Noted: {_q(text)} did not help (it will fade faster; delete it if it is wrong)."
         else:
             message = self.anchors.verify(entity.name, text)
-        self.meta.save_states([(entity.name, text)])
+        self.meta.save_states([(entity.name, text)], durable=True)
+        if self.meta.problem:  # the mark lives only in memory.db: unsaved is an error, not a note
+            self.meta.states.pop((db_text(entity.name), db_text(text)), None)  # re-read from memory.db next time
+            self.meta.reconcile(graph, -1, self.client)
+            raise ToolError(f"Not saved: {self.meta.problem}; the fact is unchanged, try again in a moment")
         self.meta.record_history(self.client, f"{action} a fact on {entity.name}", {"entities": [], "relationsAdded": [],
                                  "relationsRemoved": [], "marked": [entity.name, text, action]})
         return message
@@ -2994,8 +3348,8 @@ class Memory:
                     r.frm = newName if r.frm == name else r.frm
                     r.to = newName if r.to == name else r.to
                     r.json_line = None
-            tx.archive_renames.append((name, newName))
-            self.meta.move_facts([((name, o), (newName, o)) for o in entity.observations])
+            tx.rename_archive(name, newName)
+            tx.move_facts([((name, o), (newName, o)) for o in entity.observations])
             return f"Renamed {_q(name)} -> {_q(newName)}; {moved} relation end(s) updated; facts and archive kept."
         return self._mutate(f"rename {name} to {newName}", change)
 
@@ -3072,7 +3426,7 @@ class Memory:
                 raise ToolError(f"edit refused, fact unchanged: {result.split('; ', 1)[-1]}")
             entity.observations.remove(new)
             entity.observations.insert(min(position, len(entity.observations)), new)
-            self.meta.move_facts([((name, old), (name, new))])
+            tx.move_facts([((name, old), (name, new))])
             return f"{name}: fact edited." + ("" if result.count(";") == 0 else " " + result.split("; ", 1)[1])
         return self._call(lambda: self._mutate(f"edit a fact of {name}", change))
 
@@ -3090,9 +3444,12 @@ class Memory:
     def undo(self) -> str:
         """Reverse the most recent change that has not been undone, if nothing touched it since."""
         with self.lock:
-            row = self.meta.conn.execute(
-                "SELECT id, summary, changes FROM history WHERE undone=0 AND summary NOT LIKE 'undo:%' "
-                "ORDER BY id DESC LIMIT 1").fetchone()
+            try:
+                row = self.meta.conn.execute(
+                    "SELECT id, summary, changes FROM history WHERE undone=0 AND summary NOT LIKE 'undo:%' "
+                    "ORDER BY id DESC LIMIT 1").fetchone()
+            except sqlite3.Error as err:
+                raise ToolError(f"cannot undo: the history in {describe_db_error(self.meta.path, err)}") from None
             if row is None:
                 raise ToolError("nothing to undo")
             hid, summary, changes = row[0], row[1], json.loads(row[2])
@@ -3104,7 +3461,10 @@ class Memory:
                 self.mark_fact(entity, text, inverse)
             else:
                 self._mutate(f"undo: {summary}", lambda tx: self._apply_undo(tx, changes, summary))
-            self.meta.conn.execute("UPDATE history SET undone=1 WHERE id=?", (hid,))
+            try:
+                self.meta.conn.execute("UPDATE history SET undone=1 WHERE id=?", (hid,))
+            except sqlite3.Error as err:  # a second undo then finds the entities changed and refuses: safe
+                self.meta.failed(err)
             return f"Undone: {summary}."
 
     def _apply_undo(self, tx: Transaction, changes: dict[str, Any], summary: str) -> str:
@@ -3132,21 +3492,29 @@ class Memory:
             tx.archive(name, facts, "re-archived by undo")
         befores = {item["name"]: item["before"] for item in changes["entities"]}
         for old, new in changes.get("renamed", []):
-            tx.archive_renames.append((new, old))
+            tx.rename_archive(new, old)
             facts = (befores.get(old) or {}).get("observations", [])
-            self.meta.move_facts([((new, o), (old, o)) for o in facts])
+            tx.move_facts([((new, o), (old, o)) for o in facts])
         return "undone"
 
     def _call(self, run: Callable[[], str]) -> str:
+        """Run one call (a tool, or a UI edit) under the lock; its answer ends with a note when memory.db
+        could not be used."""
         with self.lock:
-            return run()
+            self.meta.begin_call()
+            text = run()
+            note = self.meta.note()
+            return f"{text}\n{note}" if note else text
 
     def version(self) -> str:
         """Changes whenever the graph or its metadata changes, from any process: the UI polls it."""
         with self.lock:
-            dv = self.meta.conn.execute("PRAGMA data_version").fetchone()[0]
-            last = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM history").fetchone()[0]
-            calls = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM ledger").fetchone()[0]
+            try:
+                dv = self.meta.conn.execute("PRAGMA data_version").fetchone()[0]
+                last = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM history").fetchone()[0]
+                calls = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM ledger").fetchone()[0]
+            except sqlite3.Error:  # memory.db busy or broken: the graph's own version still moves
+                dv = last = calls = "?"
             return f"{self.store.stat_key()}|{dv}|{last}|{calls}"
 
     # ── receipts and probes ──
@@ -4157,67 +4525,99 @@ def lint_report(memory: Memory) -> str:
     return "\n".join(lines)
 
 
+class PlanOutdated(Exception):
+    """The graph changed between planning a compaction and taking the lock to apply it: plan again."""
+
+
 def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
-    """Archive overflow and faded facts, unless the recall guardrail says a probe would be lost."""
-    s = memory.settings
-    lines: list[str] = []
-    with memory.store.lock():
-        graph = memory.store._read_fresh()
-        memory.graph()
-        now = time.time()
-        plan: dict[str, list[tuple[str, str]]] = {}
-        for e in graph.entities:
-            over = overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))
-            faded = [o for o in e.observations if o not in over and not memory.meta.state(e.name, o).pinned
-                     and memory.meta.state(e.name, o).retention(now) < FADED_RETENTION]
-            moves = [(o, "compacted (over cap)") for o in over] + [(o, "compacted (faded)") for o in faded]
-            if moves:
-                plan[e.name] = moves
+    """Archive overflow and faded facts, unless the recall guardrail says a probe would be lost.
+
+    The plan and the guardrail's probes run without the writer lock (they take seconds on a big graph);
+    the lock is taken only to apply a plan made on the file as it still is, else it plans again.
+    --dry-run never takes the lock."""
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        graph = memory.graph()
+        planned_on = memory.store.cached_key()
+        plan = compact_plan(memory, graph)
+        lines = describe_plan(plan)
+        guard, verdict_ok = compact_guardrail(memory, graph, plan)
+        lines += guard
         moved = sum(len(v) for v in plan.values())
-        lines.append(f"plan: archive {moved} fact(s) from {len(plan)} entit{'y' if len(plan) == 1 else 'ies'}")
-        for name, moves in list(plan.items())[:50]:
-            for text, why in moves[:10]:
-                lines.append(f"  {name}: {why.split('(')[1][:-1]}: {short(text, 80)}")
-        after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
-                                                      if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
-                       for e in graph.entities], graph.relations)
-        probes = memory.meta.probes()
-        verdict_ok = True
-        if probes:
-            strength = memory.strength
-            before_results = run_probes(probes, graph, s.recall_budget, strength)
-            after_results = run_probes(probes, after, s.recall_budget, strength)
-            before, after_rate = hit_rate(before_results), hit_rate(after_results)
-            lost = [a for b, a in zip(before_results, after_results) if b.hit and not a.hit]
-            verdict_ok = before - after_rate <= s.guardrail_max_drop + 1e-9
-            lines.append(f"guardrail: {len(probes)} probes, hit rate {before:.1%} now, {after_rate:.1%} after "
-                         f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if verdict_ok else 'FAIL'}")
-            lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
-                      for p in lost[:20]]
-        else:
-            lines.append("guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check")
         if dry_run:
-            lines.append("dry run: nothing changed.")
-            return "\n".join(lines), 0
+            return "\n".join(lines + ["dry run: nothing changed."]), 0
         if not verdict_ok:
             lines.append("rolled back: nothing changed. Pin the facts those probes need, or raise MEMORY_GUARDRAIL_MAX_DROP.")
             return "\n".join(lines), 1
         if not moved:
-            lines.append("nothing to do.")
-            return "\n".join(lines), 0
+            return "\n".join(lines + ["nothing to do."]), 0
         backup = memory.store.backup_now("before-compact")
-        tx = Transaction(graph)
-        for name, moves in plan.items():
-            tx.touch(name)
-            entity = graph.get(name)
-            for text, why in moves:
-                entity.observations.remove(text)
-                tx.archive(name, [text], why)
-        memory.store._commit(tx)
-        changes = tx.changes()
-    memory.meta.record_history("compact", f"compact: archived {moved} fact(s)", changes)
-    lines.append(f"archived {moved} fact(s); backup {backup}; restore any with archived_observations.")
-    return "\n".join(lines), 0
+        try:
+            memory._call(lambda: memory._mutate(f"compact: archived {moved} fact(s)",
+                                                lambda tx: apply_compact_plan(tx, plan, planned_on)))
+        except PlanOutdated:
+            log(f"the graph changed while compact planned; planning again ({attempt}/{WRITE_ATTEMPTS})")
+            continue
+        lines.append(f"archived {moved} fact(s); backup {backup}; restore any with archived_observations.")
+        return "\n".join(lines), 0
+    return f"the graph kept changing while compact planned ({WRITE_ATTEMPTS} tries); nothing changed, run it again.", 1
+
+
+def compact_plan(memory: Memory, graph: Graph) -> dict[str, list[tuple[str, str]]]:
+    """{entity: [(fact, why)]}: dated facts over the cap, and unpinned facts faded past FADED_RETENTION."""
+    s, now = memory.settings, time.time()
+    plan: dict[str, list[tuple[str, str]]] = {}
+    for e in graph.entities:
+        over = overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))
+        faded = [o for o in e.observations if o not in over and not memory.meta.state(e.name, o).pinned
+                 and memory.meta.state(e.name, o).retention(now) < FADED_RETENTION]
+        moves = [(o, "compacted (over cap)") for o in over] + [(o, "compacted (faded)") for o in faded]
+        if moves:
+            plan[e.name] = moves
+    return plan
+
+
+def describe_plan(plan: dict[str, list[tuple[str, str]]]) -> list[str]:
+    moved = sum(len(v) for v in plan.values())
+    lines = [f"plan: archive {moved} fact(s) from {len(plan)} entit{'y' if len(plan) == 1 else 'ies'}"]
+    for name, moves in list(plan.items())[:50]:
+        for text, why in moves[:10]:
+            lines.append(f"  {name}: {why.split('(')[1][:-1]}: {short(text, 80)}")
+    return lines
+
+
+def compact_guardrail(memory: Memory, graph: Graph, plan: dict[str, list[tuple[str, str]]]) -> tuple[list[str], bool]:
+    """Run every probe on the graph now and on the graph the plan would leave: (report lines, passed)."""
+    s = memory.settings
+    probes = memory.meta.probes()
+    if not probes:
+        return ["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"], True
+    after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
+                                                  if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
+                   for e in graph.entities], graph.relations)
+    before_results = run_probes(probes, graph, s.recall_budget, memory.strength)
+    after_results = run_probes(probes, after, s.recall_budget, memory.strength)
+    before, after_rate = hit_rate(before_results), hit_rate(after_results)
+    lost = [a for b, a in zip(before_results, after_results) if b.hit and not a.hit]
+    ok = before - after_rate <= s.guardrail_max_drop + 1e-9
+    lines = [f"guardrail: {len(probes)} probes, hit rate {before:.1%} now, {after_rate:.1%} after "
+             f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if ok else 'FAIL'}"]
+    lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
+              for p in lost[:20]]
+    return lines, ok
+
+
+def apply_compact_plan(tx: Transaction, plan: dict[str, list[tuple[str, str]]],
+                       planned_on: tuple[int, int, int] | None) -> str:
+    """Under the lock: archive the planned facts, if the file is still the one the plan was made on."""
+    if tx.read_key != planned_on:
+        raise PlanOutdated()
+    for name, moves in plan.items():
+        tx.touch(name)
+        entity = tx.graph.get(name)
+        for text, why in moves:
+            entity.observations.remove(text)
+            tx.archive(name, [text], why)
+    return "compacted"
 
 
 def report(memory: Memory) -> str:

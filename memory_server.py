@@ -391,18 +391,11 @@ def side_file_names(path: Path) -> tuple[Path, Path]:
 
     memory.jsonl keeps memory.db and archive/ (the layout users know); another .jsonl file keeps
     <stem>.db and archive-<stem>/; any other file name (memory.json, notes) gets names from its whole
-    name (memory.json.db, archive-memory.json/), so memory.jsonl and memory.json in one folder never
-    share. A folder made by an older version for such a file is still used when it holds the only graph."""
+    name (memory.json.db, archive-memory.json/), so memory.jsonl and memory.json in one folder never share."""
     folder, stem = path.parent, path.stem
-    legacy = (folder / f"{stem}.db", folder / ("archive" if stem == "memory" else f"archive-{stem}"))
     if path.suffix == ".jsonl":
-        return legacy
-    own = (folder / f"{path.name}.db" if path.suffix != ".db" else folder / f"{path.name}.meta.db",
-           folder / f"archive-{path.name}")
-    sibling = folder / f"{stem}.jsonl"
-    if path.suffix != ".db" and not own[0].exists() and legacy[0].exists() and not sibling.exists():
-        return legacy
-    return own
+        return folder / f"{stem}.db", folder / ("archive" if stem == "memory" else f"archive-{stem}")
+    return folder / f"{path.name}{'.meta' if path.suffix == '.db' else ''}.db", folder / f"archive-{path.name}"
 
 
 class GraphStore:

@@ -3454,7 +3454,7 @@ def serve_stdio(settings: Settings) -> int:
 
 
 # ════════════════════════════════════════════════════════════════════════════
-# 12. UI server: http.server on 127.0.0.1, one-time key, Host check, JSON API over the same handlers
+# 12. UI server: http.server on 127.0.0.1, one-time key, session + page token, Origin/Host checks, JSON API
 # ════════════════════════════════════════════════════════════════════════════
 
 # How the UI keeps other pages out. The printed key opens one session (a cookie); the page served to that
@@ -3462,9 +3462,16 @@ def serve_stdio(settings: Settings) -> int:
 UI_BODY_LIMIT = 65_536                      # bytes in one POST body; a longer one is refused (413) unread
 UI_COOKIE_PREFIX = "graphmem_session_"      # + the port: cookies ignore ports, so each UI names its own
 UI_TOKEN_HEADER = "X-Graphmem-Token"        # every API call sends the page's token in this header
-UI_TOKEN_META = b'<meta name="graphmem-token" content="">'  # the placeholder in ui.html the token fills
+UI_TOKEN_META = '<meta name="graphmem-token" content="{}">'  # in ui.html with "": the server fills the token in
 UI_FETCH_SITES = ("same-origin", "none")    # Sec-Fetch-Site values let through (same-site = another local port)
 UI_READ_TIMEOUT = 30                        # seconds a connection may stall in the middle of a request
+# The pages a browser gets instead of the UI: no session, or a link whose key was used already.
+UI_NOTICE = ("<!doctype html><meta charset=utf-8><title>graphmem</title>"
+             "<p style='font: 16px system-ui; margin: 3em auto; max-width: 36em'>{}")
+UI_NO_KEY = ("This page needs a session. Open the link that <code>graphmem --ui</code> printed "
+             "(it carries a one-time key).")
+UI_KEY_USED = ("This link was already used: its key works once, in the browser that opened it first. "
+               "Run <code>graphmem --ui</code> again for a new link.")
 
 
 def asset_path(name: str) -> Path | None:
@@ -3679,14 +3686,6 @@ class UiAuth:
         return None
 
 
-UI_NOTICE = ("<!doctype html><meta charset=utf-8><title>graphmem</title>"
-             "<p style='font: 16px system-ui; margin: 3em auto; max-width: 36em'>{}")
-UI_NO_KEY = ("This page needs a session. Open the link that <code>graphmem --ui</code> printed "
-             "(it carries a one-time key).")
-UI_KEY_USED = ("This link was already used: its key works once, in the browser that opened it first. "
-               "Run <code>graphmem --ui</code> again for a new link.")
-
-
 def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type:
     from http.server import BaseHTTPRequestHandler
     from urllib.parse import parse_qs, urlsplit
@@ -3776,8 +3775,8 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
             elif given_key is not None and token is not None:
                 self._send(303, b"", "text/plain", {"Location": "/"})
             elif token is not None:
-                filled = f'<meta name="graphmem-token" content="{token}">'.encode()
-                self._send(200, page().replace(UI_TOKEN_META, filled, 1), "text/html; charset=utf-8")
+                filled = page().replace(UI_TOKEN_META.format("").encode(), UI_TOKEN_META.format(token).encode(), 1)
+                self._send(200, filled, "text/html; charset=utf-8")
             else:
                 self._notice(403, UI_NO_KEY)
 

@@ -1,8 +1,10 @@
 """The UI's HTTP API against the real server (`memory_server.py --ui 0 --no-open`) in a subprocess.
 
-Covers: key and Host checks, no CORS, content types, every mutation op reaching memory.jsonl,
-limits (length, secrets, body size, bad JSON, GET on a mutation), undo, hostile names as plain
-JSON strings, and a concurrent agent write showing up in /api/graph and /api/version.
+Covers: the one-time key traded for a per-port session cookie, the page token header every API call needs,
+Origin / Sec-Fetch-Site and Host checks (a page on another 127.0.0.1 port is refused), JSON-only writes, no
+CORS, content types, every mutation op reaching memory.jsonl, limits (length, secrets, body size, bad or
+deeply nested JSON, GET on a mutation), undo, hostile names as plain JSON strings, and a concurrent agent
+write showing up in /api/graph and /api/version.
 """
 import http.client
 import json

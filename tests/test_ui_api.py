@@ -186,9 +186,11 @@ class UIServer:
 def srv():
     if not SERVER.exists():
         pytest.fail("memory_server.py not found at %s" % SERVER)
-    s = UIServer().login()
-    yield s
-    s.stop()
+    s = UIServer()
+    try:
+        yield s.login()
+    finally:
+        s.stop()
 
 
 def agent_write(path, entities):
@@ -655,9 +657,9 @@ def test_demo_never_touches_the_users_graph(tmp_path):
     user = tmp_path / "memory.jsonl"
     user.write_text('{"type":"entity","name":"mine","entityType":"t","observations":["keep me"]}', encoding="utf-8")
     before = user.read_bytes()
-    s = UIServer(extra_args=["--demo"], path=str(user)).login()
+    s = UIServer(extra_args=["--demo"], path=str(user))
     try:
-        graph = s.get_json("/api/graph")
+        graph = s.login().get_json("/api/graph")
         assert len(graph["entities"]) >= 35 and "mine" not in {e["name"] for e in graph["entities"]}
         assert graph["file"] != str(user)
         name = graph["entities"][0]["name"]

@@ -3815,11 +3815,24 @@ def serve_stdio(settings: Settings) -> int:
 
 
 # ════════════════════════════════════════════════════════════════════════════
-# 12. UI server: http.server on 127.0.0.1, one-time key, Host check, JSON API over the same handlers
+# 12. UI server: http.server on 127.0.0.1, one-time key, session + page token, Origin/Host checks, JSON API
 # ════════════════════════════════════════════════════════════════════════════
 
-UI_BODY_LIMIT = 65_536
-UI_COOKIE = "graphmem_key"
+# How the UI keeps other pages out. The printed key opens one session (a cookie); the page served to that
+# session carries a token the API wants back in a header, which a page from another origin cannot send.
+UI_BODY_LIMIT = 65_536                      # bytes in one POST body; a longer one is refused (413) unread
+UI_COOKIE_PREFIX = "graphmem_session_"      # + the port: cookies ignore ports, so each UI names its own
+UI_TOKEN_HEADER = "X-Graphmem-Token"        # every API call sends the page's token in this header
+UI_TOKEN_META = '<meta name="graphmem-token" content="{}">'  # in ui.html with "": the server fills the token in
+UI_FETCH_SITES = ("same-origin", "none")    # Sec-Fetch-Site values let through (same-site = another local port)
+UI_READ_TIMEOUT = 30                        # seconds a connection may stall in the middle of a request
+# The pages a browser gets instead of the UI: no session, or a link whose key was used already.
+UI_NOTICE = ("<!doctype html><meta charset=utf-8><title>graphmem</title>"
+             "<p style='font: 16px system-ui; margin: 3em auto; max-width: 36em'>{}")
+UI_NO_KEY = ("This page needs a session. Open the link that <code>graphmem --ui</code> printed "
+             "(it carries a one-time key).")
+UI_KEY_USED = ("This link was already used: its key works once, in the browser that opened it first. "
+               "Run <code>graphmem --ui</code> again for a new link.")
 
 
 def asset_path(name: str) -> Path | None:
@@ -3987,13 +4000,61 @@ def receipts(memory: Memory) -> dict[str, Any]:
             "priceModel": s.price_model, "series": [{"day": d, "saved": v} for d, v in series]}
 
 
-def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
+class UiAuth:
+    """Who may use the UI: the printed one-time key is exchanged, once, for a session cookie named after the
+    port; the page served to that session carries a token every API call must send back in a header."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.cookie = UI_COOKIE_PREFIX  # completed by bind_port once the server knows its port
+        self._key_used = False
+        self._sessions: dict[str, str] = {}  # cookie value -> the token of the page served with it
+        self._lock = threading.Lock()
+
+    def bind_port(self, port: int) -> None:
+        """Name the cookie after the port, so a second UI on another port does not log this one out."""
+        self.cookie = f"{UI_COOKIE_PREFIX}{port}"
+
+    def is_key(self, given: str) -> bool:
+        """Whether `given` is the printed key (used or not), compared in constant time."""
+        return secrets.compare_digest(given.encode(), self.key.encode())
+
+    def open_session(self) -> str | None:
+        """A new session cookie value the first time the key is used; None ever after."""
+        with self._lock:
+            if self._key_used:
+                return None
+            self._key_used = True
+            session = secrets.token_urlsafe(32)
+            self._sessions[session] = secrets.token_urlsafe(32)
+            return session
+
+    def set_cookie(self, session: str) -> str:
+        """The Set-Cookie value for a session: not readable by scripts, never sent by another site's page."""
+        return f"{self.cookie}={session}; HttpOnly; SameSite=Strict; Path=/"
+
+    def token_for(self, cookie_header: str) -> str | None:
+        """The page token of the session this Cookie header carries, or None when it carries none of ours."""
+        for part in cookie_header.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name != self.cookie:
+                continue
+            with self._lock:
+                sessions = list(self._sessions.items())
+            for session, token in sessions:
+                if secrets.compare_digest(value.encode(), session.encode()):
+                    return token
+        return None
+
+
+def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type:
     from http.server import BaseHTTPRequestHandler
     from urllib.parse import parse_qs, urlsplit
 
     class Handler(BaseHTTPRequestHandler):
         server_version = f"graphmem/{__version__}"
         sys_version = ""
+        timeout = UI_READ_TIMEOUT
 
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet: stderr only on errors
             pass
@@ -4018,17 +4079,17 @@ def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
             self._send(status, json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass"),
                        "application/json; charset=utf-8")
 
+        def _notice(self, status: int, text: str) -> None:
+            self._send(status, UI_NOTICE.format(text).encode(), "text/html; charset=utf-8")
+
+        def _refuse(self, status: int, error: str) -> None:
+            """A JSON error, and the connection closed: what is left of the request is not read."""
+            self._json(status, {"error": error})
+            self.close_connection = True
+
         def _host_ok(self) -> bool:
             port = self.server.server_address[1]
             return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
-
-        def _key_ok(self) -> bool:
-            supplied = self.headers.get("X-Graphmem-Key", "")
-            for part in self.headers.get("Cookie", "").split(";"):
-                k, _, v = part.strip().partition("=")
-                if k == UI_COOKIE:
-                    supplied = supplied or v
-            return bool(supplied) and secrets.compare_digest(supplied.encode(), key.encode())
 
         def _guard(self) -> bool:
             if not self._host_ok():
@@ -4036,28 +4097,88 @@ def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
                 return False
             return True
 
+        def _origin_problem(self) -> str | None:
+            """Why a browser says this request comes from another origin (another local port counts), or None."""
+            origin = self.headers.get("Origin")
+            if origin is not None and origin != f"http://{self.headers['Host']}":
+                return f"refused: a page from {origin} may not use this UI's API"
+            site = self.headers.get("Sec-Fetch-Site")
+            if site is not None and site not in UI_FETCH_SITES:
+                return f"refused: a {site} request may not use this UI's API"
+            return None
+
+        def _session_problem(self) -> str | None:
+            """Why this request does not carry our session cookie and its page's token header, or None."""
+            token = auth.token_for(self.headers.get("Cookie", ""))
+            if token is None:
+                return "no session: open the link graphmem --ui printed"
+            if not secrets.compare_digest(self.headers.get(UI_TOKEN_HEADER, "").encode(), token.encode()):
+                return f"missing or wrong {UI_TOKEN_HEADER} header: reload the page"
+            return None
+
+        def _api_allowed(self) -> bool:
+            """Same origin, our session and its token; otherwise a 403 has been sent."""
+            problem = self._origin_problem() or self._session_problem()
+            if problem:
+                self._json(403, {"error": problem})
+                return False
+            return True
+
+        def _page(self, given_key: str | None) -> None:
+            """/ : exchange the one-time key for a session (then drop it from the address bar), or the page."""
+            token = auth.token_for(self.headers.get("Cookie", ""))
+            if given_key is not None and token is None and self.command == "GET" and auth.is_key(given_key):
+                session = auth.open_session()
+                if session is None:
+                    self._notice(410, UI_KEY_USED)
+                else:
+                    self._send(303, b"", "text/plain", {"Location": "/", "Set-Cookie": auth.set_cookie(session)})
+            elif given_key is not None and token is not None:
+                self._send(303, b"", "text/plain", {"Location": "/"})
+            elif token is not None:
+                filled = page().replace(UI_TOKEN_META.format("").encode(), UI_TOKEN_META.format(token).encode(), 1)
+                self._send(200, filled, "text/html; charset=utf-8")
+            else:
+                self._notice(403, UI_NO_KEY)
+
+        def _read_json_object(self) -> dict[str, Any] | None:
+            """The POST body as a JSON object; None once a clean 400 or 413 has been sent instead."""
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+            except ValueError:
+                length = -1
+            if length < 0:
+                return self._refuse(400, "Content-Length must be a number of bytes")
+            if length > UI_BODY_LIMIT:
+                return self._refuse(413, f"body over {UI_BODY_LIMIT} bytes")
+            try:
+                raw = self.rfile.read(length)
+            except OSError:
+                return self._refuse(400, f"the body did not arrive within {UI_READ_TIMEOUT}s")
+            if len(raw) < length:
+                return self._refuse(400, "the body is shorter than its Content-Length")
+            try:
+                body = json.loads(raw.decode("utf-8"))
+            except RecursionError:
+                return self._refuse(400, "invalid JSON body: nested too deeply")
+            except (ValueError, UnicodeDecodeError) as err:
+                return self._refuse(400, f"invalid JSON body: {err}")
+            if not isinstance(body, dict):
+                return self._refuse(400, "invalid JSON body: expected a JSON object")
+            return body
+
         def do_GET(self) -> None:
             if not self._guard():
                 return
             url = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
             if url.path == "/":
-                given = query.get("key")
-                if given is not None and secrets.compare_digest(given.encode(), key.encode()):
-                    self._send(303, b"", "text/plain", {
-                        "Location": "/", "Set-Cookie": f"{UI_COOKIE}={key}; HttpOnly; SameSite=Strict; Path=/"})
-                elif self._key_ok():
-                    self._send(200, page(), "text/html; charset=utf-8")
-                else:
-                    self._send(403, b"<!doctype html><title>graphmem</title><p>Forbidden: open the link that "
-                                    b"<code>graphmem --ui</code> printed (it carries a one-time key).",
-                               "text/html; charset=utf-8")
+                self._page(query.get("key"))
                 return
             if not url.path.startswith("/api/"):
                 self._send(404, b"not found", "text/plain; charset=utf-8")
                 return
-            if not self._key_ok():
-                self._json(403, {"error": "missing or wrong key: open the link graphmem --ui printed"})
+            if not self._api_allowed():
                 return
             try:
                 if url.path == "/api/version":
@@ -4083,32 +4204,17 @@ def make_ui_handler(api: UiApi, key: str, page: Callable[[], bytes]) -> type:
                 self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})
 
         def do_POST(self) -> None:
-            if not self._guard():
-                return
-            if not self._key_ok():
-                self._json(403, {"error": "missing or wrong key: open the link graphmem --ui printed"})
+            if not self._guard() or not self._api_allowed():
+                self.close_connection = True
                 return
             if urlsplit(self.path).path != "/api/op":
-                self._json(404, {"error": "POST goes to /api/op"})
+                self._refuse(404, "POST goes to /api/op")
                 return
-            try:
-                length = int(self.headers.get("Content-Length", "0"))
-            except ValueError:
-                length = -1
-            if length < 0:
-                self._json(400, {"error": "Content-Length must be a number of bytes"})
-                self.close_connection = True
+            if self.headers.get_content_type() != "application/json":
+                self._refuse(415, "changes must be sent with Content-Type: application/json")
                 return
-            if length > UI_BODY_LIMIT:
-                self._json(413, {"error": f"body over {UI_BODY_LIMIT} bytes"})
-                self.close_connection = True
-                return
-            try:
-                body = json.loads(self.rfile.read(length).decode("utf-8"))
-                if not isinstance(body, dict):
-                    raise ValueError("expected a JSON object")
-            except (ValueError, UnicodeDecodeError) as err:
-                self._json(400, {"error": f"invalid JSON body: {err}"})
+            body = self._read_json_object()
+            if body is None:
                 return
             try:
                 self._json(200, api.op(body))
@@ -4134,11 +4240,11 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
     if page_path is None:
         log("ui.html is missing from this installation")
         return 1
-    key = secrets.token_urlsafe(24)
+    auth = UiAuth(secrets.token_urlsafe(24))
     server = None
     for candidate in ([port] if port == 0 else range(port, port + 20)):
         try:
-            server = ThreadingHTTPServer(("127.0.0.1", candidate), make_ui_handler(api, key, page_path.read_bytes))
+            server = ThreadingHTTPServer(("127.0.0.1", candidate), make_ui_handler(api, auth, page_path.read_bytes))
             break
         except OSError:
             log(f"port {candidate} is taken; trying {candidate + 1}")
@@ -4147,7 +4253,8 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
         return 1
     server.daemon_threads = True
     actual = server.server_address[1]
-    url = f"http://127.0.0.1:{actual}/?key={key}"
+    auth.bind_port(actual)
+    url = f"http://127.0.0.1:{actual}/?key={auth.key}"
     print(f"graphmem UI: {url}", flush=True)
     log(f"serving {settings.file_path}{' (demo copy)' if demo else ''}; Ctrl-C to stop")
     if open_browser:

@@ -1,12 +1,15 @@
 """The UI's HTTP API against the real server (`memory_server.py --ui 0 --no-open`) in a subprocess.
 
-Covers: key and Host checks, no CORS, content types, every mutation op reaching memory.jsonl,
-limits (length, secrets, body size, bad JSON, GET on a mutation), undo, hostile names as plain
-JSON strings, and a concurrent agent write showing up in /api/graph and /api/version.
+Covers: the one-time key traded for a per-port session cookie, the page token header every API call needs,
+Origin / Sec-Fetch-Site and Host checks (a page on another 127.0.0.1 port is refused), JSON-only writes, no
+CORS, content types, every mutation op reaching memory.jsonl, limits (length, secrets, body size, bad or
+deeply nested JSON, GET on a mutation), undo, hostile names as plain JSON strings, and a concurrent agent
+write showing up in /api/graph and /api/version.
 """
 import http.client
 import json
 import os
+import re
 import select
 import shutil
 import socket
@@ -33,26 +36,45 @@ SEED = [
 
 
 # ---------------------------------------------------------------- server helpers
+TOKEN_META = re.compile(rb'<meta name="graphmem-token" content="([^"]+)">')
+
+
 class UIServer:
-    def __init__(self, graph_lines=SEED, extra_args=()):
+    """The real `memory_server.py --ui 0 --no-open` on a temporary graph (or `path`), logged in with its link."""
+
+    def __init__(self, graph_lines=SEED, extra_args=(), path=None):
         self.dir = tempfile.mkdtemp(prefix="graphmem-ui-api-")
-        self.path = os.path.join(self.dir, "memory.jsonl")
-        with open(self.path, "w", encoding="utf-8") as fh:
-            for obj in graph_lines:
-                fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.path = path or os.path.join(self.dir, "memory.jsonl")
+        if path is None:
+            with open(self.path, "w", encoding="utf-8") as fh:
+                for obj in graph_lines:
+                    fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
         self.env = dict(os.environ, MEMORY_FILE_PATH=self.path)
         self.stderr = open(os.path.join(self.dir, "server.stderr"), "w+")
         self.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open", *extra_args],
                                      cwd=str(ROOT), env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True)
-        line = self._first_line(20.0)
+        line = self._first_line(30.0)
         prefix = "graphmem UI: "
         assert line.startswith(prefix), "server printed %r; stderr: %s" % (line, self.stderr_text())
         self.url = line[len(prefix):].strip()
         u = urllib.parse.urlsplit(self.url)
         self.port = u.port
+        self.origin = "http://127.0.0.1:%d" % self.port
         self.key = urllib.parse.parse_qs(u.query)["key"][0]
         assert u.hostname == "127.0.0.1"
+        self.cookie = self.token = None
+
+    def login(self):
+        """What a browser does with the printed link: trade the key for the session cookie, load the page,
+        read its token. Returns self."""
+        status, headers, _ = self.request("GET", "/?key=" + self.key, auth=False)
+        assert status == 303, status
+        self.cookie = headers["set-cookie"].split(";", 1)[0]
+        status, _, raw = self.request("GET", "/", auth=False, headers={"Cookie": self.cookie})
+        assert status == 200, status
+        self.token = TOKEN_META.search(raw).group(1).decode()
+        return self
 
     def _first_line(self, timeout):
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -78,14 +100,14 @@ class UIServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- HTTP ---------------------------------------------------------------------
-    def request(self, method, path, body=None, headers=None, key=True, host=None):
-        """(status, headers dict lower-cased, raw body bytes). key=True sends the key header."""
+    def auth_headers(self):
+        """What the UI's own page sends: the session cookie and the page's token."""
+        return {"Cookie": self.cookie, "X-Graphmem-Token": self.token}
+
+    def request(self, method, path, body=None, headers=None, auth=True, host=None):
+        """(status, headers dict lower-cased, raw body bytes). auth=True sends the cookie and the token."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        hdrs = {}
-        if key is True:
-            hdrs["X-Graphmem-Key"] = self.key
-        elif isinstance(key, str):
-            hdrs["X-Graphmem-Key"] = key
+        hdrs = self.auth_headers() if auth else {}
         if body is not None and not isinstance(body, (bytes, str)):
             body = json.dumps(body)
             hdrs["Content-Type"] = "application/json"
@@ -104,6 +126,34 @@ class UIServer:
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
         finally:
             conn.close()
+
+    def raw_post(self, body, length=None):
+        """POST a JSON body to /api/op over a bare socket (Content-Length may lie), read until the server
+        closes; (status, raw response)."""
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        headers = dict(self.auth_headers(), **{"Content-Type": "application/json",
+                                               "Content-Length": str(len(body) if length is None else length)})
+        head = "".join("%s: %s\r\n" % kv for kv in headers.items())
+        try:
+            try:
+                sock.sendall(("POST /api/op HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sConnection: close\r\n\r\n"
+                              % (self.port, head)).encode() + body)
+                sock.shutdown(socket.SHUT_WR)  # all sent: a body shorter than its length ends here
+            except OSError:
+                pass  # the server may answer and close before reading the body
+            data = b""
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            sock.close()
+        status_line = data.split(b"\r\n", 1)[0].split()
+        return (int(status_line[1]) if len(status_line) > 1 else None), data  # None: no answer at all
 
     def get_json(self, path, **kw):
         status, headers, raw = self.request("GET", path, **kw)
@@ -137,8 +187,10 @@ def srv():
     if not SERVER.exists():
         pytest.fail("memory_server.py not found at %s" % SERVER)
     s = UIServer()
-    yield s
-    s.stop()
+    try:
+        yield s.login()
+    finally:
+        s.stop()
 
 
 def agent_write(path, entities):
@@ -153,42 +205,151 @@ def agent_write(path, entities):
 
 
 # ---------------------------------------------------------------- access control
-def test_api_needs_the_key(srv):
-    for path in ("/api/graph", "/api/version", "/api/search?q=Alpha", "/api/overview", "/api/history",
-                 "/api/archived?name=Alpha"):
-        status, headers, raw = srv.request("GET", path, key=False)
-        assert status == 403, (path, status)
-        assert b"Alpha" not in raw and b"runs on port" not in raw
-        assert headers.get("content-type", "").startswith("application/json"), (path, headers)
-        assert "error" in json.loads(raw)
-        status, _, raw = srv.request("GET", path, key="wrong-" + srv.key)
-        assert status == 403 and b"Alpha" not in raw, (path, status)
-        status, _, raw = srv.request("GET", path, key=False, headers={"Cookie": "graphmem_key=nope"})
-        assert status == 403 and b"Alpha" not in raw, (path, status)
-    status, _, raw = srv.request("POST", "/api/op", body={"op": "create_entity", "name": "Sneaky", "entityType": "x"}, key=False)
-    assert status == 403
+READ_PATHS = ("/api/graph", "/api/version", "/api/search?q=Alpha", "/api/overview", "/api/history",
+              "/api/archived?name=Alpha")
+
+
+@pytest.fixture
+def fresh():
+    """A server of its own whose printed key nobody has used yet."""
+    s = UIServer()
+    yield s
+    s.stop()
+
+
+def refused(res, status=403):
+    """A JSON error with this status that leaks no graph content."""
+    code, headers, raw = res
+    assert code == status, (code, raw[:200])
+    assert headers.get("content-type", "").startswith("application/json"), headers
+    assert "error" in json.loads(raw) and b"Alpha" not in raw and b"runs on port" not in raw
+    return json.loads(raw)["error"]
+
+
+def test_api_needs_the_session(srv):
+    for path in READ_PATHS:
+        refused(srv.request("GET", path, auth=False))
+        refused(srv.request("GET", path, headers={"Cookie": srv.cookie + "x"}))
+        refused(srv.request("GET", path, auth=False, headers={"Cookie": "graphmem_key=" + srv.key}))
+    refused(srv.request("POST", "/api/op", body={"op": "create_entity", "name": "Sneaky", "entityType": "x"}, auth=False))
     assert "Sneaky" not in srv.graph_file()[0]
 
 
-def test_page_needs_the_key_and_link_sets_cookie(srv):
-    status, _, raw = srv.request("GET", "/", key=False)
-    assert status == 403
-    assert b"<script" not in raw.lower()
-    status, headers, _ = srv.request("GET", "/?key=wrong", key=False)
-    assert status == 403
-    status, headers, _ = srv.request("GET", "/?key=" + srv.key, key=False)
-    assert status == 303, status
-    assert headers.get("location") == "/"
+def test_reads_need_the_cookie_and_the_page_token(srv):
+    for path in READ_PATHS:
+        assert "X-Graphmem-Token" in refused(srv.request("GET", path, auth=False, headers={"Cookie": srv.cookie}))
+        refused(srv.request("GET", path, headers={"X-Graphmem-Token": srv.token + "x"}))
+        refused(srv.request("GET", path, auth=False, headers={"X-Graphmem-Token": srv.token}))
+        assert srv.request("GET", path)[0] == 200, path
+
+
+def test_the_printed_key_works_once_and_the_browser_keeps_its_session(fresh):
+    assert fresh.request("GET", "/?key=wrong", auth=False)[0] == 403
+    status, headers, _ = fresh.request("GET", "/?key=" + fresh.key, auth=False)
+    assert status == 303 and headers.get("location") == "/", (status, headers)  # the key leaves the address bar
     cookie = headers.get("set-cookie", "")
-    assert "graphmem_key=" + srv.key in cookie
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
-    status, headers, raw = srv.request("GET", "/", key=False, headers={"Cookie": "graphmem_key=" + srv.key})
-    assert status == 200
-    assert headers.get("content-type", "").startswith("text/html"), headers
-    assert b"graphmem" in raw and b'id="search"' in raw
-    # the cookie alone opens the API too
-    status, _, raw = srv.request("GET", "/api/version", key=False, headers={"Cookie": "graphmem_key=" + srv.key})
-    assert status == 200 and "version" in json.loads(raw)
+    name, _, value = cookie.split(";", 1)[0].partition("=")
+    assert name == "graphmem_session_%d" % fresh.port and value and fresh.key not in cookie, cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie, cookie
+    session = {"Cookie": name + "=" + value}
+    # a second use of the link: a clear page, no session
+    status, headers, raw = fresh.request("GET", "/?key=" + fresh.key, auth=False)
+    assert status == 410 and "set-cookie" not in headers, (status, headers)
+    assert b"already used" in raw and b"graphmem --ui" in raw and b"<script" not in raw.lower()
+    # the browser that has the cookie: the old link and a reload both still work
+    status, headers, _ = fresh.request("GET", "/?key=" + fresh.key, auth=False, headers=session)
+    assert status == 303 and headers.get("location") == "/" and "set-cookie" not in headers
+    status, headers, raw = fresh.request("GET", "/", auth=False, headers=session)
+    assert status == 200 and headers.get("content-type", "").startswith("text/html")
+    assert b'id="search"' in raw and TOKEN_META.search(raw)
+    # the key itself opens nothing
+    refused(fresh.request("GET", "/api/version", auth=False, headers={"X-Graphmem-Key": fresh.key}))
+
+
+def test_a_second_ui_on_another_port_keeps_the_first_logged_in(srv):
+    """A browser keeps one cookie per name for 127.0.0.1, whatever the port: the names must differ."""
+    other = UIServer()
+    try:
+        name, _, value = srv.cookie.partition("=")
+        jar = {name: value}
+        status, headers, _ = other.request("GET", "/?key=" + other.key, auth=False)
+        assert status == 303
+        name, _, value = headers["set-cookie"].split(";", 1)[0].partition("=")
+        jar[name] = value
+        cookie_header = "; ".join("%s=%s" % kv for kv in jar.items())
+        for server, token in ((srv, srv.token), (other, None)):
+            status, _, raw = server.request("GET", "/", auth=False, headers={"Cookie": cookie_header})
+            assert status == 200, server.port
+            token = token or TOKEN_META.search(raw).group(1).decode()
+            status, _, _ = server.request("GET", "/api/version", auth=False,
+                                          headers={"Cookie": cookie_header, "X-Graphmem-Token": token})
+            assert status == 200, server.port
+    finally:
+        other.stop()
+
+
+def test_a_no_cors_text_plain_post_from_another_local_port_changes_nothing(srv):
+    """The request a page on http://127.0.0.1:<other port> makes with fetch(..., {mode: "no-cors"}): the browser
+    adds the SameSite=Strict cookie (same site), but cannot add a custom header or a JSON content type."""
+    before = srv.graph_file()
+    attacker = {"Cookie": srv.cookie, "Content-Type": "text/plain;charset=UTF-8", "Sec-Fetch-Mode": "no-cors",
+                "Origin": "http://127.0.0.1:%d" % (srv.port + 1), "Sec-Fetch-Site": "same-site"}
+    for body in ({"op": "add_fact", "name": "Alpha", "text": "planted by another page"},
+                 {"op": "delete_entity", "name": "Beta"}):
+        refused(srv.request("POST", "/api/op", body=json.dumps(body), auth=False, headers=attacker))
+        refused(srv.request("POST", "/api/op", body=json.dumps(body), auth=False,
+                            headers={k: v for k, v in attacker.items() if not k.startswith(("Origin", "Sec-"))}))
+    assert srv.graph_file() == before
+
+
+def test_origin_and_sec_fetch_site_must_be_the_uis_own(srv):
+    body = {"op": "add_fact", "name": "Beta", "text": "from a foreign origin"}
+    for origin in ("http://127.0.0.1:%d" % (srv.port + 1), "http://localhost:%d" % srv.port, "http://evil.com",
+                   "null", "https://127.0.0.1:%d" % srv.port):
+        assert "refused" in refused(srv.request("POST", "/api/op", body=body, headers={"Origin": origin}))
+        refused(srv.request("GET", "/api/graph", headers={"Origin": origin}))
+    for site in ("same-site", "cross-site"):
+        refused(srv.request("POST", "/api/op", body=body, headers={"Sec-Fetch-Site": site}))
+        refused(srv.request("GET", "/api/graph", headers={"Sec-Fetch-Site": site}))
+    assert "from a foreign origin" not in srv.graph_file()[0]["Beta"]["observations"]
+    own = {"Origin": srv.origin, "Sec-Fetch-Site": "same-origin"}
+    assert srv.request("GET", "/api/graph", headers=own)[0] == 200
+    assert srv.request("GET", "/api/graph", headers={"Sec-Fetch-Site": "none"})[0] == 200
+    assert srv.request("POST", "/api/op", body=dict(body, text="from the UI itself"), headers=own)[0] == 200
+    assert srv.request("GET", "/api/version", host="localhost:%d" % srv.port,
+                       headers={"Origin": "http://localhost:%d" % srv.port})[0] == 200
+    assert srv.op(op="delete_fact", name="Beta", text="from the UI itself")["ok"]
+
+
+def test_writes_need_the_token_header(srv):
+    body = {"op": "add_fact", "name": "Beta", "text": "no token"}
+    own = {"Origin": srv.origin, "Sec-Fetch-Site": "same-origin"}
+    assert "X-Graphmem-Token" in refused(srv.request("POST", "/api/op", body=body, auth=False,
+                                                     headers=dict(own, Cookie=srv.cookie)))
+    refused(srv.request("POST", "/api/op", body=body, headers=dict(own, **{"X-Graphmem-Token": "guess"})))
+    assert "no token" not in srv.graph_file()[0]["Beta"]["observations"]
+
+
+def test_writes_must_be_json(srv):
+    body = json.dumps({"op": "add_fact", "name": "Beta", "text": "sent as text"})
+    for ctype in ("text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                  "multipart/form-data; boundary=x", None):
+        headers = {"Content-Type": ctype} if ctype else {}
+        assert "application/json" in refused(srv.request("POST", "/api/op", body=body, headers=headers), 415)
+    assert "sent as text" not in srv.graph_file()[0]["Beta"]["observations"]
+    status, _, raw = srv.request("POST", "/api/op", body={"op": "no_such_op"},
+                                 headers={"Content-Type": "application/json; charset=utf-8"})
+    assert status == 200 and json.loads(raw)["ok"] is False
+
+
+def test_page_needs_the_session(srv):
+    status, headers, raw = srv.request("GET", "/", auth=False)
+    assert status == 403 and headers.get("content-type", "").startswith("text/html")
+    assert b"<script" not in raw.lower() and b"graphmem --ui" in raw
+    assert srv.request("GET", "/?key=wrong", auth=False)[0] == 403
+    status, headers, raw = srv.request("GET", "/", auth=False, headers={"Cookie": srv.cookie})
+    assert status == 200 and headers.get("content-type", "").startswith("text/html"), headers
+    assert b'id="search"' in raw and TOKEN_META.search(raw).group(1).decode() == srv.token
 
 
 def test_wrong_host_header_refused(srv):
@@ -196,7 +357,7 @@ def test_wrong_host_header_refused(srv):
         status, _, raw = srv.request("GET", "/api/graph", host=host)
         assert status == 403, (host, status)
         assert b"Alpha" not in raw
-        status, _, _ = srv.request("GET", "/?key=" + srv.key, key=False, host=host)
+        status, _, _ = srv.request("GET", "/?key=" + srv.key, auth=False, host=host)
         assert status == 403, (host, status)
         status, _, _ = srv.request("POST", "/api/op", body={"op": "create_entity", "name": "ViaEvil", "entityType": "x"}, host=host)
         assert status == 403, (host, status)
@@ -208,8 +369,9 @@ def test_wrong_host_header_refused(srv):
 
 def test_no_cors_headers_and_no_store(srv):
     origin = {"Origin": "http://evil.com"}
-    checks = [srv.request("GET", "/api/graph", headers=origin),
-              srv.request("GET", "/api/version", headers=origin, key=False),
+    checks = [srv.request("GET", "/api/graph", headers={"Origin": srv.origin}),
+              srv.request("GET", "/api/graph", headers=origin),
+              srv.request("GET", "/api/version", headers=origin, auth=False),
               srv.request("POST", "/api/op", body={"op": "undo-nothing"}, headers=origin),
               srv.request("OPTIONS", "/api/op", headers=dict(origin, **{"Access-Control-Request-Method": "POST"}))]
     for status, headers, _ in checks:
@@ -218,7 +380,7 @@ def test_no_cors_headers_and_no_store(srv):
     assert status == 200
     assert headers.get("content-type") == "application/json; charset=utf-8", headers
     assert "no-store" in headers.get("cache-control", ""), headers
-    assert checks[3][0] != 200 or not checks[3][2]
+    assert checks[4][0] != 200 or not checks[4][2]
 
 
 # ---------------------------------------------------------------- reads
@@ -352,28 +514,26 @@ def test_limits_are_enforced(srv):
 
 def test_body_too_large_is_413(srv):
     body = json.dumps({"op": "add_fact", "name": "Alpha", "text": "z" * 70000}).encode()
-    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-    try:
-        head = ("POST /api/op HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Graphmem-Key: %s\r\n"
-                "Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-                % (srv.port, srv.key, len(body))).encode()
-        try:
-            sock.sendall(head + body)
-        except OSError:
-            pass  # the server may answer and close before reading the body
-        data = b""
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        sock.close()
-    assert data.split(b"\r\n", 1)[0].split()[1] == b"413", data[:200]
+    status, _ = srv.raw_post(body)
+    assert status == 413
     assert "z" * 100 not in "".join(srv.graph_file()[0]["Alpha"]["observations"])
+
+
+def test_deeply_nested_json_is_a_clean_400(srv):
+    """Nesting the parser cannot follow (RecursionError) is answered like any bad JSON; the server serves on."""
+    for body in (b"[" * 60000, b'{"op": "add_fact", "name": ' + b"[" * 60000, b'{"op": ' + b'{"a":' * 12000):
+        status, data = srv.raw_post(body)
+        assert status == 400, data[:300]
+        assert "nested too deeply" in json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
+    body = b"[" * 100000
+    assert srv.raw_post(body)[0] == 413
+    assert srv.request("GET", "/api/version")[0] == 200
+    assert "Traceback" not in srv.stderr_text() and "RecursionError" not in srv.stderr_text()
+
+
+def test_a_body_shorter_than_its_length_is_400(srv):
+    status, data = srv.raw_post(b'{"op": "undo"}', length=100)
+    assert status == 400 and b"shorter" in data
 
 
 def test_invalid_json_is_400(srv):
@@ -464,7 +624,9 @@ def test_content_length_that_is_not_a_number_is_400(srv):
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
     conn.putrequest("POST", "/api/op", skip_host=True)
     conn.putheader("Host", "127.0.0.1:%d" % srv.port)
-    conn.putheader("X-Graphmem-Key", srv.key)
+    for k, v in srv.auth_headers().items():
+        conn.putheader(k, v)
+    conn.putheader("Content-Type", "application/json")
     conn.putheader("Content-Length", "abc")
     conn.endheaders()
     assert conn.getresponse().status == 400
@@ -495,24 +657,13 @@ def test_demo_never_touches_the_users_graph(tmp_path):
     user = tmp_path / "memory.jsonl"
     user.write_text('{"type":"entity","name":"mine","entityType":"t","observations":["keep me"]}', encoding="utf-8")
     before = user.read_bytes()
-    s = UIServer.__new__(UIServer)
-    s.dir = str(tmp_path)
-    s.path = str(user)
-    s.stderr = open(tmp_path / "stderr.txt", "w+")
-    s.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open", "--demo"],
-                              env=dict(os.environ, MEMORY_FILE_PATH=str(user)), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=s.stderr, text=True)
-    line = s._first_line(30)
-    u = urllib.parse.urlsplit(line.split(": ", 1)[1].strip())
-    s.port, s.key = u.port, urllib.parse.parse_qs(u.query)["key"][0]
+    s = UIServer(extra_args=["--demo"], path=str(user))
     try:
-        graph = s.get_json("/api/graph")
+        graph = s.login().get_json("/api/graph")
         assert len(graph["entities"]) >= 35 and "mine" not in {e["name"] for e in graph["entities"]}
         assert graph["file"] != str(user)
         name = graph["entities"][0]["name"]
         assert s.op(op="add_fact", name=name, text="a demo edit")["ok"]
     finally:
-        s.proc.terminate()
-        s.proc.wait(10)
-        s.stderr.close()
+        s.stop()
     assert user.read_bytes() == before and not (tmp_path / "backups").exists()

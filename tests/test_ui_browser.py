@@ -3,6 +3,7 @@
 The real server runs as a subprocess (`memory_server.py --ui 0 --no-open`) on a temporary graph.
 Skipped only when no Chromium binary is installed (Debian package `chromium`).
 """
+import http.server
 import json
 import os
 import select
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -243,6 +245,76 @@ def test_stale_anchored_fact_can_be_confirmed(page, server):
     page.click("(%s).querySelector('[data-action=verify]')" % row)
     page.wait_for("!(%s).classList.contains('stale')" % row, timeout=5)
     assert page.evaluate("document.getElementById('status').dataset.kind") == "ok"
+
+
+# A page on another 127.0.0.1 port is same-site: the browser sends it the SameSite=Strict cookie. It tries
+# every write a page can make without the UI's token: no-cors fetches (text/plain), a CORS fetch with a
+# guessed token header (needs a preflight the UI never grants) and a text/plain form posted into a frame.
+ATTACK_PAGE = """<!doctype html><meta charset=utf-8><title>another local app</title>
+<iframe name=sink></iframe>
+<form id=f method=POST target=sink enctype=text/plain action="%(ui)s/api/op">
+<input name='{"op":"add_fact","name":"Alpha","text":"planted by a form","x":"' value='"}'></form>
+<script>
+window.results = [];
+const target = "%(ui)s/api/op";
+const tries = [
+  () => fetch(target, {method: "POST", mode: "no-cors", credentials: "include",
+                       body: JSON.stringify({op: "add_fact", name: "Alpha", text: "planted by no-cors"})}),
+  () => fetch(target, {method: "POST", mode: "no-cors", credentials: "include",
+                       headers: {"Content-Type": "application/json"},
+                       body: JSON.stringify({op: "delete_entity", name: "Beta"})}),
+  () => fetch(target, {method: "POST", credentials: "include",
+                       headers: {"Content-Type": "application/json", "X-Graphmem-Token": "guess"},
+                       body: JSON.stringify({op: "delete_entity", name: "Beta"})}),
+  () => fetch("%(ui)s/api/graph", {credentials: "include"}).then((r) => r.text()),
+];
+(async () => {
+  for (const t of tries) {
+    try { const r = await t(); window.results.push(typeof r === "string" ? "read:" + r.slice(0, 40) : r.type); }
+    catch (e) { window.results.push("blocked"); }
+  }
+  document.getElementById("f").submit();
+  setTimeout(() => { window.done = true; }, 500);
+})();
+</script>"""
+
+
+@pytest.fixture
+def other_local_app(server):
+    """An unrelated web app on another 127.0.0.1 port serving ATTACK_PAGE; yields its URL."""
+    ui = "http://127.0.0.1:%d" % urllib.parse.urlsplit(server["url"]).port
+    body = (ATTACK_PAGE % {"ui": ui}).encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d/" % httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_page_on_another_local_port_cannot_change_the_graph(page, server, other_local_app):
+    before = file_entities(server["path"])
+    page.navigate(other_local_app)
+    page.wait_for("window.done === true", timeout=10)
+    results = page.evaluate("window.results")
+    assert not [r for r in results if r.startswith("read:")], results  # nothing readable either
+    time.sleep(0.3)
+    assert file_entities(server["path"]) == before, results
+    # the UI itself still works in this browser: the used link (or a reload) keeps its session
+    page.navigate(server["url"])
+    page.wait_for("document.querySelectorAll('[data-entity]').length >= 3", timeout=10)
+    assert page.evaluate("location.pathname + location.search") == "/"
 
 
 def test_no_javascript_errors(page):

@@ -768,8 +768,8 @@ HISTORY_MIN_ROWS = 50      # kept whatever their age: undo steps back from the n
 PROBES_AUTO_KEPT = 500     # newest learned probes: --compact runs each twice, ~9 ms a pair on the bench's 1,800-fact
                            # graph -> ~5 s at most; 1 probe = 0.2% of the hit rate, finer than the 2% max drop
 PROBES_MANUAL_KEPT = 2000  # added by a person with --probe: a cap only against a script gone wrong
-RECLAIM_FREE_PAGES = 256   # VACUUM only when over 1 MB (4 KB pages) and half the file is free: rare, once after
-                           # a migration trims a long history; a guess, VACUUM costs a copy of the file
+RECLAIM_FREE_PAGES = 256   # VACUUM only when over 1 MB (4 KB pages) and a quarter of the file is free: once, after a
+                           # migration trims a long history (a steady prune frees far less); a guess: VACUUM copies the file
 
 
 def db_text(text: str) -> str:
@@ -981,10 +981,10 @@ class MetaStore:
         return history, probes
 
     def _reclaim(self) -> None:
-        """Give freed pages back to the disk once most of the file is free (after a big old history is trimmed);
+        """Give freed pages back to the disk when much of the file is free (after a long old history is trimmed);
         otherwise SQLite reuses them, and the file stays at its bounded size."""
         free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
-        if free > RECLAIM_FREE_PAGES and 2 * free > self.conn.execute("PRAGMA page_count").fetchone()[0]:
+        if free > RECLAIM_FREE_PAGES and 4 * free > self.conn.execute("PRAGMA page_count").fetchone()[0]:
             self.conn.execute("VACUUM")
 
 

@@ -761,12 +761,14 @@ SCHEMA = [
 # ── bounded growth: what memory.db keeps (MetaStore.prune). The ledger needs no cap: one row per UTC day,
 # tool and client (4 read tools x a few clients x 365 = a few thousand small rows a year).
 PRUNE_EVERY_WRITES = 100   # prune on a process's first metadata write, then every 100th (ledger, history, probe):
-                           # a prune is a few DELETEs by rowid, ~1 ms (tools/bench_growth.py), off the per-call path
+                           # a prune is a few DELETEs, 2-7 ms (tools/bench_growth.py), off the per-call path
 HISTORY_KEEP_DAYS = 90     # issue 9: a quarter, longer than anyone reaches back to undo or audit a change
-HISTORY_MAX_ROWS = 1000    # issue 9; the UI lists at most 200; ~2.4 KB a row on the bench's graph -> ~2.4 MB at most
+HISTORY_MAX_ROWS = 1000    # issue 9; the UI lists at most 200. ~0.7 KB a row in tools/bench_growth.py -> ~0.7 MB;
+                           # at worst two copies of a 15-fact entity of 300-char facts, ~9 KB -> ~9 MB
 HISTORY_MIN_ROWS = 50      # kept whatever their age: undo steps back from the newest change, one per call
-PROBES_AUTO_KEPT = 500     # newest learned probes: --compact runs each twice, ~9 ms a pair on the bench's 1,800-fact
-                           # graph -> ~5 s at most; 1 probe = 0.2% of the hit rate, finer than the 2% max drop
+PROBES_AUTO_KEPT = 500     # newest learned probes: --compact runs each twice, 12.8 ms a run on the 4,122 facts of
+                           # tools/bench_growth.py -> ~13 s at most; one probe is 0.2% of the hit rate, well under
+                           # the default 2% max drop, so the guardrail still sees a single lost answer
 PROBES_MANUAL_KEPT = 2000  # added by a person with --probe: a cap only against a script gone wrong
 RECLAIM_FREE_PAGES = 256   # VACUUM only when over 1 MB (4 KB pages) and a quarter of the file is free: once, after a
                            # migration trims a long history (a steady prune frees far less); a guess: VACUUM copies the file

@@ -30,9 +30,12 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "4951795"  # the last memory_server.py with a ledger row per call and no pruning
 CLIENTS = ("claude-code", "codex", "cursor")
-WORDS = ("deploy branch cache queue worker billing invoice login session token refresh schema migration index "
-         "replica backup region cluster latency timeout retry webhook payment refund order cart search ranking "
-         "feature flag rollout canary alert pager runbook dashboard metric budget release tag changelog api").split()
+COMMON = ("deploy branch cache queue worker billing invoice login session token refresh schema migration index "
+          "replica backup region cluster latency timeout retry webhook payment refund order cart search ranking "
+          "feature flag rollout canary alert pager runbook dashboard metric budget release tag changelog api").split()
+RARE = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu", "va", "zo")
+        for b in ("bel", "dor", "fin", "gar", "hol", "jun", "kes", "lim", "mor", "nat")
+        for c in ("a", "e", "i", "o", "u", "an", "en", "is", "or", "us")]  # 1,000 made-up names and terms
 MIX = (("recall", 30), ("search_nodes", 20), ("open_nodes", 15), ("read_graph", 2), ("add_observations", 18),
        ("create_entities", 5), ("create_relations", 5), ("mark_fact", 3), ("delete_observations", 2))
 
@@ -71,7 +74,8 @@ def baseline_source(rev: str, folder: Path) -> Path | None:
 
 
 def phrase(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n))
+    """n words, one in four a common one: a query matches some facts, not all (as in a real project)."""
+    return " ".join(rng.choice(COMMON if rng.random() < 0.25 else RARE) for _ in range(n))
 
 
 def arguments(tool: str, rng: random.Random, names: list[str], day: int, step: int) -> dict:

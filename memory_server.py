@@ -692,6 +692,7 @@ class GraphStore:
         self._prune_backups()
 
     def backup_now(self, label: str) -> Path:
+        """A copy of the graph now, named by time and label; the caller prunes (_prune_backups) after its lock."""
         self.backup_dir.mkdir(parents=True, exist_ok=True)
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M%S")
         target = self.backup_dir / f"{self.path.stem}-{stamp}-{label}{self.path.suffix}"
@@ -702,11 +703,19 @@ class GraphStore:
         return target
 
     def _prune_backups(self) -> None:
-        pattern = re.compile(re.escape(self.path.stem) + r"-\d{4}-\d{2}-\d{2}" + re.escape(self.path.suffix) + "$")
-        daily = sorted(p for p in self.backup_dir.iterdir() if pattern.match(p.name))
-        for old in daily[:-self.settings.backups_kept]:
-            with contextlib.suppress(OSError):
-                old.unlink()
+        """Keep the newest MEMORY_BACKUPS_KEPT (at least one) of each kind: the daily copies, and each label's
+        (before-compact, ...)."""
+        pattern = re.compile(re.escape(self.path.stem) + r"-\d{4}-\d{2}-\d{2}(?:-\d{6}-(?P<label>[\w-]+))?"
+                             + re.escape(self.path.suffix) + "$")
+        kinds: dict[str, list[Path]] = {}
+        for path in self.backup_dir.iterdir():
+            found = pattern.match(path.name)
+            if found:
+                kinds.setdefault(found["label"] or "", []).append(path)
+        for label, paths in kinds.items():
+            for old in sorted(paths)[:-max(1, self.settings.backups_kept)]:
+                with contextlib.suppress(OSError):
+                    old.unlink()
 
     # ── archive: archive/<encoded name>.md, Markdown a person can read ──
     def archive_path(self, name: str) -> Path:
@@ -948,7 +957,35 @@ SCHEMA = [
         mtime_ns INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL DEFAULT -1,
         PRIMARY KEY(entity, text)) WITHOUT ROWID;
     """,
+    # version 3: bounded growth: the ledger kept per (UTC day, tool, client) instead of a row per call, same totals.
+    # `saved` sums each call's max(reference - tokens, 0), as the daily series of the receipts always did.
+    """
+    CREATE TABLE IF NOT EXISTS ledger_days(
+        day TEXT NOT NULL, tool TEXT NOT NULL, client TEXT NOT NULL DEFAULT '',
+        calls INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
+        reference_tokens INTEGER NOT NULL DEFAULT 0, saved INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY(day, tool, client)) WITHOUT ROWID;
+    INSERT INTO ledger_days(day, tool, client, calls, tokens, reference_tokens, saved)
+        SELECT date(ts, 'unixepoch'), tool, coalesce(client, ''), count(*), sum(tokens), sum(reference_tokens),
+               sum(max(reference_tokens - tokens, 0)) FROM ledger GROUP BY 1, 2, 3;
+    DROP TABLE ledger;
+    """,
 ]
+
+# ── bounded growth: what memory.db keeps (MetaStore.prune). The ledger needs no cap: one row per UTC day,
+# tool and client (4 read tools x a few clients x 365 = a few thousand small rows a year).
+PRUNE_EVERY_WRITES = 100   # prune on a process's first metadata write, then every 100th (ledger, history, probe):
+                           # a prune is a few DELETEs, 2-7 ms (tools/bench_growth.py), off the per-call path
+HISTORY_KEEP_DAYS = 90     # issue 9: a quarter, longer than anyone reaches back to undo or audit a change
+HISTORY_MAX_ROWS = 1000    # issue 9; the UI lists at most 200. ~0.7 KB a row in tools/bench_growth.py -> ~0.7 MB;
+                           # at worst two copies of a 15-fact entity of 300-char facts, ~9 KB -> ~9 MB
+HISTORY_MIN_ROWS = 50      # kept whatever their age: undo steps back from the newest change, one per call
+PROBES_AUTO_KEPT = 500     # newest learned probes: --compact runs each twice, 12.8 ms a run on the 4,122 facts of
+                           # tools/bench_growth.py -> ~13 s at most; one probe is 0.2% of the hit rate, well under
+                           # the default 2% max drop, so the guardrail still sees a single lost answer
+PROBES_MANUAL_KEPT = 2000  # added by a person with --probe: a cap only against a script gone wrong
+RECLAIM_FREE_PAGES = 256   # VACUUM only when over 1 MB (4 KB pages) and a quarter of the file is free: once, after a
+                           # migration trims a long history (a steady prune frees far less); a guess: VACUUM copies the file
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -1038,6 +1075,7 @@ class MetaStore:
         self.states: dict[tuple[str, str], FactState] = {}
         self._data_version = -1
         self._reconciled_generation = -1
+        self._writes = 0  # ledger, history and probe writes by this process: paces prune()
 
     # ── opening, and what to say when it fails ──
     def _open(self) -> sqlite3.Connection:
@@ -1204,17 +1242,35 @@ class MetaStore:
     # ── ledger ──
     @best_effort()
     def record_call(self, tool: str, client: str | None, tokens: int, reference_tokens: int) -> None:
+        """Add a read call to its day's row for this tool and client (UTC day, as the receipts' series)."""
         with self.write():
-            self.conn.execute("INSERT INTO ledger(ts, tool, client, tokens, reference_tokens) VALUES (?,?,?,?,?)",
-                              (time.time(), tool, db_text(client) if client else None, tokens, reference_tokens))
+            self.conn.execute(
+                "INSERT INTO ledger_days(day, tool, client, calls, tokens, reference_tokens, saved)"
+                " VALUES (date(?, 'unixepoch'), ?, ?, 1, ?, ?, ?) ON CONFLICT(day, tool, client) DO UPDATE SET"
+                " calls=calls+1, tokens=tokens+excluded.tokens, reference_tokens=reference_tokens+excluded.reference_tokens,"
+                " saved=saved+excluded.saved",
+                (time.time(), tool, db_text(client) if client else "", tokens, reference_tokens,
+                 max(reference_tokens - tokens, 0)))
+        self._wrote()
+
+    def calls_recorded(self) -> int:
+        """Read calls in the ledger: grows by one with every call, so the UI's version sees each one."""
+        return self.conn.execute("SELECT coalesce(sum(calls), 0) FROM ledger_days").fetchone()[0]
 
     # ── probes ──
     @best_effort(False)
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
+        """Store a probe once (True when new). Seen again, it becomes the newest; a manual one stays manual."""
+        key, now = (db_text(query), db_text(entity), db_text(fact)), time.time()
         with self.write():
             cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
-                                    (db_text(query), db_text(entity), db_text(fact), source, time.time()))
-        return cur.rowcount > 0
+                                    (*key, source, now))
+            added = cur.rowcount > 0
+            if not added:
+                self.conn.execute("UPDATE probes SET created=?, source=CASE source WHEN 'manual' THEN source ELSE ? END"
+                                  " WHERE query=? AND entity=? AND fact=?", (now, source, *key))
+        self._wrote()
+        return added
 
     @best_effort(list)
     def probes(self) -> list[tuple[str, str, str, str]]:
@@ -1226,11 +1282,52 @@ class MetaStore:
         with self.write(durable=True):
             self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
                               (time.time(), db_text(client) if client else None, db_text(summary), json.dumps(changes)))
+        self._wrote()
 
     @best_effort(list)
     def history(self, limit: int) -> list[tuple[int, float, str | None, str, int]]:
         return list(self.conn.execute(
             "SELECT id, ts, client, summary, undone FROM history ORDER BY id DESC LIMIT ?", (limit,)))
+
+    # ── bounded growth ──
+    def _wrote(self) -> None:
+        """Count a ledger, history or probe write; prune on the first and every PRUNE_EVERY_WRITES-th.
+        Runs after the write committed: a prune that fails is logged and costs the call nothing."""
+        self._writes += 1
+        if (self._writes - 1) % PRUNE_EVERY_WRITES:
+            return
+        try:
+            self.prune()
+        except sqlite3.Error as err:
+            log(f"warning: could not trim {self.path.name} ({err}); will try again later")
+
+    def prune(self, now: float | None = None) -> tuple[int, int]:
+        """Trim history and probes to their bounds (constants above); (history rows, probes) deleted."""
+        cutoff = (time.time() if now is None else now) - HISTORY_KEEP_DAYS * 86400.0
+        with self.write():
+            history = self.conn.execute(PRUNE_HISTORY, (HISTORY_MIN_ROWS - 1, cutoff, HISTORY_MAX_ROWS)).rowcount
+            probes = self.conn.execute(PRUNE_PROBES, (PROBES_MANUAL_KEPT, PROBES_AUTO_KEPT)).rowcount
+        if history or probes:
+            self._reclaim()
+        return history, probes
+
+    def _reclaim(self) -> None:
+        """Give freed pages back to the disk when much of the file is free (after a long old history is trimmed);
+        otherwise SQLite reuses them, and the file stays at its bounded size."""
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        if free > RECLAIM_FREE_PAGES and 4 * free > self.conn.execute("PRAGMA page_count").fetchone()[0]:
+            self.conn.execute("VACUUM")
+
+
+# Older than the newest HISTORY_MIN_ROWS, and older than the age limit or beyond HISTORY_MAX_ROWS.
+PRUNE_HISTORY = """
+DELETE FROM history WHERE id < (SELECT id FROM history ORDER BY id DESC LIMIT 1 OFFSET ?)
+    AND (ts < ? OR id <= (SELECT id FROM history ORDER BY id DESC LIMIT 1 OFFSET ?))"""
+# Beyond the newest N of their kind, newest by when a probe was last learned or added.
+PRUNE_PROBES = """
+DELETE FROM probes WHERE id IN (SELECT id FROM (
+    SELECT id, source, row_number() OVER (PARTITION BY source = 'manual' ORDER BY created DESC, id DESC) AS n FROM probes)
+    WHERE n > CASE source WHEN 'manual' THEN ? ELSE ? END)"""
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -3505,7 +3602,7 @@ class Memory:
             try:
                 dv = self.meta.conn.execute("PRAGMA data_version").fetchone()[0]
                 last = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM history").fetchone()[0]
-                calls = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM ledger").fetchone()[0]
+                calls = self.meta.calls_recorded()
             except sqlite3.Error:  # memory.db busy or broken: the graph's own version still moves
                 dv = last = calls = "?"
             return f"{self.store.stat_key()}|{dv}|{last}|{calls}"
@@ -3989,10 +4086,9 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
 
 
 def receipts(memory: Memory) -> dict[str, Any]:
-    rows = memory.meta.conn.execute(
-        "SELECT count(*), coalesce(sum(tokens),0), coalesce(sum(reference_tokens),0) FROM ledger").fetchone()
-    series = memory.meta.conn.execute(
-        "SELECT date(ts, 'unixepoch') AS day, sum(max(reference_tokens - tokens, 0)) FROM ledger GROUP BY day ORDER BY day").fetchall()
+    rows = memory.meta.conn.execute("SELECT coalesce(sum(calls),0), coalesce(sum(tokens),0),"
+                                    " coalesce(sum(reference_tokens),0) FROM ledger_days").fetchone()
+    series = memory.meta.conn.execute("SELECT day, sum(saved) FROM ledger_days GROUP BY day ORDER BY day").fetchall()
     saved = max(rows[2] - rows[1], 0)
     s = memory.settings
     return {"calls": rows[0], "tokensUsed": rows[1], "tokensReference": rows[2], "tokensSaved": saved,
@@ -4657,6 +4753,7 @@ def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
         except PlanOutdated:
             log(f"the graph changed while compact planned; planning again ({attempt}/{WRITE_ATTEMPTS})")
             continue
+        memory.store._prune_backups()  # the before-compact copies too, once the lock is released
         lines.append(f"archived {moved} fact(s); backup {backup}; restore any with archived_observations.")
         return "\n".join(lines), 0
     return f"the graph kept changing while compact planned ({WRITE_ATTEMPTS} tries); nothing changed, run it again.", 1
@@ -4729,10 +4826,10 @@ def report(memory: Memory) -> str:
     lines = [f"{r['calls']} read calls: {r['tokensUsed']:,} tokens returned; the reference server would have returned "
              f"{r['tokensReference']:,}. Saved {r['tokensSaved']:,} tokens = ${r['dollarsSaved']:.2f} at "
              f"${s.price_per_mtok:g}/M input tokens ({s.price_model}; set MEMORY_PRICE_PER_MTOK / MEMORY_PRICE_MODEL)."]
-    for label, column in (("per tool", "tool"), ("per client", "coalesce(client, '?')")):
+    for label, column in (("per tool", "tool"), ("per client", "coalesce(nullif(client, ''), '?')")):
         lines.append(f"{label}:")
         for name, calls, used, ref in memory.meta.conn.execute(
-                f"SELECT {column}, count(*), sum(tokens), sum(reference_tokens) FROM ledger GROUP BY 1 ORDER BY sum(reference_tokens) - sum(tokens) DESC"):
+                f"SELECT {column}, sum(calls), sum(tokens), sum(reference_tokens) FROM ledger_days GROUP BY 1 ORDER BY sum(reference_tokens) - sum(tokens) DESC"):
             saved = max(ref - used, 0)
             ratio = f"{ref / used:.1f}x" if used else "-"
             lines.append(f"  {name}: {calls} calls, {used:,} vs {ref:,} tokens ({ratio}), saved {saved:,} = "
@@ -4814,13 +4911,13 @@ def seed_demo_metadata(settings: Settings) -> None:
     clients = ["claude-code", "codex", "cursor"]
     for day in range(7, -1, -1):
         memory.client = clients[day % 3]
-        before = memory.meta.conn.execute("SELECT coalesce(max(id), 0) FROM ledger").fetchone()[0]
         memory.call_tool("read_graph", {})
         for entity in rng.sample(graph.entities, 3):
             memory.call_tool("search_nodes", {"query": entity.entityType})
             memory.call_tool("recall", {"query": f"{entity.name} {entity.entityType}"})
-        with memory.meta.write() as conn:
-            conn.execute("UPDATE ledger SET ts = ts - ? WHERE id > ?", (day * 86400.0, before))
+        with memory.meta.write() as conn:  # today's rows hold just these calls: move them to their day
+            conn.execute("UPDATE ledger_days SET day = date(?, 'unixepoch') WHERE day = date(?, 'unixepoch')",
+                         (now - day * 86400.0, now))
     facts = [(e.name, o) for e in graph.entities for o in e.observations]
     for entity, text in rng.sample(facts, 6):  # not looked at for two months: fading
         state = memory.meta.state(entity, text)

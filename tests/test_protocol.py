@@ -247,7 +247,7 @@ def test_client_name_from_initialize_is_recorded(server, memory_file):
     import sqlite3
     db = sqlite3.connect(memory_file.with_suffix(".db"))
     assert db.execute("SELECT client FROM facts").fetchone()[0] == "pytest"
-    assert db.execute("SELECT client FROM ledger").fetchone()[0] == "pytest"
+    assert db.execute("SELECT client FROM ledger_days").fetchone()[0] == "pytest"
 
 
 def test_a_cursor_we_never_issued_is_refused(server):

@@ -1765,14 +1765,16 @@ def normalise_fact(text: str) -> str:
 
 NEGATIONS = {"not", "no", "never", "without", "cannot", "dont", "doesnt", "isnt", "wont", "nt"}
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
+NEAR_COSINE = 0.93  # embedder cosine from which two facts with the same numbers and negation are "nearly the same"
 
 
 def _body(text: str) -> str:
     return DATE_PREFIX.sub("", text, count=1).lstrip(" :-—")
 
 
-def compare_facts(old: str, new: str) -> str | None:
-    """'duplicate', 'near', 'supersede', 'conflict' or None: conservative, when unsure keep both."""
+def compare_facts(old: str, new: str, vector: Callable[[str], dict[int, float]] = embed) -> str | None:
+    """'duplicate', 'near', 'supersede', 'conflict' or None: conservative, when unsure keep both.
+    vector is embed, or a lookup of vectors embed made before."""
     if normalise_fact(old) == normalise_fact(new):
         return "duplicate"
     old_date, new_date = fact_date(old), fact_date(new)
@@ -1783,7 +1785,7 @@ def compare_facts(old: str, new: str) -> str | None:
         return None
     numbers_differ = _NUMBER.findall(_body(old)) != _NUMBER.findall(_body(new))
     negation_differs = bool(NEGATIONS & set(a)) != bool(NEGATIONS & set(b))
-    if not numbers_differ and not negation_differs and cosine(embed(old), embed(new)) >= 0.93:
+    if not numbers_differ and not negation_differs and cosine(vector(old), vector(new)) >= NEAR_COSINE:
         return "near"
     prefix = 0
     while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
@@ -1803,6 +1805,119 @@ def compare_facts(old: str, new: str) -> str | None:
         if shared:
             return "conflict"
     return None
+
+
+Keys = set[tuple[Any, ...]]
+
+
+def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, Keys]:
+    """(word keys, near keys): a pair compare_facts flags always shares a key, a stored fact's meeting a new one's.
+    Word keys:
+    - the normalised text: "duplicate";
+    - the body's first two, last two, or first and last words: "supersede" and "conflict" need two words equal
+      at the ends (prefix + suffix >= 2); with the same negation also at most 3 other words on each side, so
+      lengths within 2 of each other; a negation flip has no limit on length;
+    - the set of content stems: a negation flip of the same words is a "conflict".
+    Near keys: "near" needs the same numbers and negation, and an embedder bucket in common: a stored fact's
+    heaviest buckets (near_buckets) against all of a new fact's.
+    Keys are words and buckets, no similarity threshold of their own, so no flagged pair is ever missed."""
+    body = _body(text)
+    words = tokenize(body)
+    negated = bool(NEGATIONS & set(words))
+    keys: Keys = {("text", normalise_fact(text)), ("stems", frozenset({stem(w) for w in words} - NEGATIONS - STOP_WORDS))}
+    ends = [("head", *words[:2]), ("tail", *words[-2:]), ("ends", words[0], words[-1])] if len(words) >= 2 else []
+    for pair in ends:
+        if stored:
+            keys |= {(*pair, negated, len(words)), (*pair, negated)}
+        else:
+            keys.add((*pair, not negated))
+            keys.update((*pair, negated, n) for n in range(len(words) - 2, len(words) + 3))
+    same = (tuple(_NUMBER.findall(body)), negated)
+    near = {("near", same, bucket) for bucket in (near_buckets(vector) if stored else vector)}
+    return keys, near
+
+
+def near_buckets(vector: dict[int, float]) -> list[int]:
+    """The heaviest buckets of a unit vector, holding more than 1 - NEAR_COSINE^2 of its squared weight: a vector
+    with none of them reaches a cosine of at most sqrt(1 - that share) < NEAR_COSINE (Cauchy-Schwarz over the
+    other buckets), so it cannot be "near"."""
+    needed = 1 - NEAR_COSINE ** 2 + 1e-9  # the margin covers rounding in the norms
+    chosen, mass = [], 0.0
+    for bucket, value in sorted(vector.items(), key=lambda kv: (-abs(kv[1]), kv[0])):
+        if mass > needed:
+            break
+        chosen.append(bucket)
+        mass += value * value
+    return chosen
+
+
+def could_be_near(a: dict[int, float], b: dict[int, float]) -> bool:
+    """False when two unit vectors cannot reach NEAR_COSINE: their cosine is at most the root of the share of
+    a's squared weight in buckets b has (Cauchy-Schwarz), and the same the other way round."""
+    most = NEAR_COSINE ** 2 - 1e-9  # the margin covers rounding in the norms
+    common = a.keys() & b.keys()
+    return sum(a[k] * a[k] for k in common) >= most and sum(b[k] * b[k] for k in common) >= most
+
+
+class FactNeighbours:
+    """One entity's facts indexed by fact_keys, so write-time curation compares a new fact only with the facts
+    compare_facts could flag, in list order: the same first verdict as comparing with every fact. Two facts
+    dated differently are never flagged (history, not a change), so keys are held per date: a dated fact is
+    looked up among its own date and the undated facts, an undated one among all ("*")."""
+
+    def __init__(self, facts: Iterable[str]) -> None:
+        self._copies: dict[str, list[int]] = {}         # text -> positions of its copies (only ever increasing)
+        self._keys: dict[str, Keys] = {}
+        self._holders: dict[tuple[Any, ...], set[str]] = {}
+        self._vectors: dict[str, dict[int, float]] = {}  # embed of each fact, made once
+        self._next = 0
+        for text in facts:
+            self.add(text)
+
+    def add(self, text: str) -> None:
+        """A fact appended to the entity's list."""
+        self._copies.setdefault(text, []).append(self._next)
+        self._next += 1
+        if text not in self._keys:
+            date = fact_date(text)
+            self._keys[text] = {(scope, *key) for keys in fact_keys(text, self._vector(text), stored=True)
+                                for key in keys for scope in (date, "*")}
+            for key in self._keys[text]:
+                self._holders.setdefault(key, set()).add(text)
+
+    def remove(self, text: str) -> None:
+        """The first copy of a fact removed from the list (as list.remove)."""
+        copies = self._copies[text]
+        copies.pop(0)
+        if not copies:
+            del self._copies[text]
+            del self._vectors[text]
+            for key in self._keys.pop(text):
+                self._holders[key].discard(text)
+
+    def _vector(self, text: str) -> dict[int, float]:
+        vector = self._vectors.get(text)
+        if vector is None:
+            vector = self._vectors[text] = embed(text)
+        return vector
+
+    def _holding(self, keys: Keys, date: str | None) -> set[str]:
+        scopes = (date, None) if date else ("*",)
+        return {text for key in keys for scope in scopes for text in self._holders.get((scope, *key), ())}
+
+    def first_flagged(self, text: str) -> tuple[str | None, str | None]:
+        """(verdict, fact) for the first fact in list order that compare_facts flags against text, or (None, None)."""
+        date, vector = fact_date(text), self._vector(text)
+        word_keys, near_keys = fact_keys(text, vector, stored=False)
+        found = self._holding(word_keys, date)
+        heavy = near_buckets(vector)  # the same bound the other way round, first as a cheap check
+        found |= {t for t in self._holding(near_keys, date) - found
+                  if any(k in self._vectors[t] for k in heavy) and could_be_near(vector, self._vectors[t])}
+        for other in sorted(found, key=lambda t: self._copies[t][0]):
+            verdict = compare_facts(other, text, self._vector)
+            if verdict:
+                return verdict, other
+        return None, None
 
 
 def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callable[[str], bool]) -> list[str]:
@@ -2688,6 +2803,7 @@ class Memory:
     # ── adding facts: the write-time curation every path shares ──
     def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
         added, notes, refused = [], [], []
+        neighbours = FactNeighbours(entity.observations)
         for text in contents:
             reason = check_new_fact(text, self.settings) or self.anchors.check_new(text)
             if reason:
@@ -2695,12 +2811,7 @@ class Memory:
                 refused.append(f"refused {shown}: {reason}")
                 tx.refused += 1
                 continue
-            verdict, other = None, None
-            for existing in entity.observations:
-                verdict = compare_facts(existing, text)
-                if verdict:
-                    other = existing
-                    break
+            verdict, other = neighbours.first_flagged(text)
             if verdict == "duplicate":
                 notes.append(f"skipped duplicate of {_q(other)}")
                 continue
@@ -2710,12 +2821,14 @@ class Memory:
             tx.touch(entity.name)
             if verdict == "supersede" and not self.meta.state(entity.name, other).pinned:
                 entity.observations.remove(other)
+                neighbours.remove(other)
                 tx.archive(entity.name, [other], f"superseded by {_q(text, 120)}")
                 notes.append(f"replaced {_q(other)} (archived)")
             elif verdict in ("supersede", "conflict"):
                 pinned = " (pinned)" if self.meta.state(entity.name, other).pinned else ""
                 notes.append(f"possible conflict with {_q(other)}{pinned}: both kept; delete the wrong one")
             entity.observations.append(text)
+            neighbours.add(text)
             added.append(text)
             tx.added += 1
         moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name))

@@ -117,3 +117,140 @@ def test_hint_budget_is_per_call(tmp_path):
     text, is_error = mem.call_tool("add_observations", {"observations": [{"entityName": "shop-backnd",
                                                                           "contents": ["x"]}]})
     assert is_error and 'did you mean "shop-backend"' in text  # a new call, a new budget
+
+
+# ---------------------------------------------------------------- write-time curation
+WORDS = ("deploy branch main staging owner team api cache ttl database postgres redis queue worker runner ci "
+         "latency budget limit request minute alerts channel pager release version build nightly region eu us "
+         "backup retention days weekly review ticket docs runbook").split()
+FILLER = ["the", "is", "of", "to", "on", "for", "and", "not", "never", "no", "without", "it"]
+SUBJECTS = ["deploy branch", "p95 latency budget", "rate limit", "main database", "cache ttl", "api version",
+            "on-call owner", "backup retention", "ci runner", "release day"]
+
+
+def random_fact(rng: random.Random) -> str:
+    """Facts shaped like agents write them: dated events, values that change, negations, free text."""
+    roll = rng.random()
+    if roll < 0.3:
+        return (f"2026-0{rng.randint(1, 3)}-{rng.randint(10, 28)}: deployed {rng.randint(1, 4)}.{rng.randint(0, 9)} "
+                f"with {' '.join(rng.sample(WORDS, rng.randint(1, 3)))}")
+    if roll < 0.6:
+        value = rng.choice([str(rng.randint(1, 30) * 10), " ".join(rng.sample(WORDS, rng.randint(1, 2)))])
+        negation = rng.choice(["", "", "", "not "])
+        return f"{rng.choice(SUBJECTS)} is {negation}{value}" + rng.choice(["", "", " since the outage"])
+    words = [rng.choice(WORDS + FILLER) for _ in range(rng.randint(1, 10))]
+    return " ".join(words).capitalize() + rng.choice(["", ".", "!"])
+
+
+def variant(rng: random.Random, text: str) -> str:
+    """A fact close to another: a word dropped, swapped, replaced or negated, a date or a number changed."""
+    words = text.split()
+    i = rng.randrange(len(words))
+    change = rng.choice(["drop", "swap", "replace", "negate", "date", "case"])
+    if change == "drop" and len(words) > 1:
+        del words[i]
+    elif change == "swap" and len(words) > 1:
+        j = rng.randrange(len(words))
+        words[i], words[j] = words[j], words[i]
+    elif change == "replace":
+        words[i] = rng.choice(WORDS + FILLER + ["42", "7"])
+    elif change == "negate":
+        words.insert(i, rng.choice(["not", "never", "no"]))
+    elif change == "date":
+        words.insert(0, f"2026-02-{rng.randint(10, 28)}:")
+    else:
+        return text.upper()
+    return " ".join(words)
+
+
+def brute_first_flagged(facts: list[str], text: str):
+    for other in facts:
+        verdict = ms.compare_facts(other, text)
+        if verdict:
+            return verdict, other
+    return None, None
+
+
+def test_the_prefilter_never_drops_a_pair_compare_facts_flags():
+    rng = random.Random(9)
+    flagged = 0
+    for _ in range(4000):
+        old = random_fact(rng)
+        new = variant(rng, old) if rng.random() < 0.7 else random_fact(rng)
+        verdict = ms.compare_facts(old, new)
+        assert ms.FactNeighbours([old]).first_flagged(new) == ((verdict, old) if verdict else (None, None)), (old, new)
+        flagged += verdict is not None
+    assert flagged > 800  # the pairs exercise every verdict, not only "nothing in common"
+
+
+def test_first_flagged_is_the_first_in_list_order_as_a_full_scan():
+    rng = random.Random(10)
+    for _ in range(60):
+        facts = [random_fact(rng) for _ in range(40)]
+        neighbours = ms.FactNeighbours(facts)
+        for _ in range(20):
+            new = variant(rng, rng.choice(facts)) if rng.random() < 0.7 else random_fact(rng)
+            expected = brute_first_flagged(facts, new)
+            assert neighbours.first_flagged(new) == expected, new
+            if expected[0] == "supersede":
+                facts.remove(expected[1])
+                neighbours.remove(expected[1])
+            if expected[0] not in ("duplicate", "near"):
+                facts.append(new)
+                neighbours.add(new)
+
+
+def test_near_buckets_bound_holds_on_real_vectors():
+    rng = random.Random(11)
+    for _ in range(500):
+        a, b = ms.embed(random_fact(rng)), ms.embed(random_fact(rng))
+        if a and b and ms.cosine(a, b) >= ms.NEAR_COSINE:
+            assert set(ms.near_buckets(a)) & b.keys() and ms.could_be_near(a, b)
+
+
+def graph_of_10k_facts(rng: random.Random) -> list[tuple[str, str, list[str]]]:
+    return [(f"svc-{i}", "service", list(dict.fromkeys(random_fact(rng) for _ in range(14)))) for i in range(715)]
+
+
+@pytest.mark.parametrize("cap", [None, 5000])
+def test_2800_facts_in_one_call_at_10k_facts_within_5_seconds(tmp_path, cap):
+    rng = random.Random(12)
+    entities = graph_of_10k_facts(rng)
+    mem = make_memory(tmp_path, entities, **({"MEMORY_OBS_MAX": cap} if cap else {}))
+    mem.graph()
+    old = entities[0][2]
+    new = [variant(rng, rng.choice(old)) if rng.random() < 0.2 else random_fact(rng) for _ in range(2800)]
+    seconds, text = timed(mem, "add_observations", {"observations": [{"entityName": "svc-0", "contents": new}]})
+    assert seconds < 5.0, f"took {seconds:.2f} s"  # before: 135-188 s
+    assert "svc-0: +" in text and "skipped duplicate" in text and "replaced" in text
+
+
+class FullScan(ms.FactNeighbours):
+    """The curation as it was: every new fact compared with every fact of the entity, in list order."""
+
+    def __init__(self, facts):
+        self.facts = list(facts)
+
+    def add(self, text):
+        self.facts.append(text)
+
+    def remove(self, text):
+        self.facts.remove(text)
+
+    def first_flagged(self, text):
+        return brute_first_flagged(self.facts, text)
+
+
+def test_curation_answers_and_writes_the_same_as_a_full_scan(tmp_path, monkeypatch):
+    rng = random.Random(13)
+    entities = [(f"svc-{i}", "service", list(dict.fromkeys(random_fact(rng) for _ in range(30)))) for i in range(3)]
+    new = [variant(rng, rng.choice(entities[0][2])) if rng.random() < 0.4 else random_fact(rng) for _ in range(400)]
+    results = []
+    for label in ("index", "scan"):
+        if label == "scan":
+            monkeypatch.setattr(ms, "FactNeighbours", FullScan)
+        mem = make_memory(tmp_path / label, entities, MEMORY_OBS_MAX=40)
+        text = call(mem, "add_observations", {"observations": [{"entityName": "svc-0", "contents": new}]})
+        archive = mem.store.read_archive("svc-0")
+        results.append((text, mem.settings.file_path.read_text(), [(f.text, f.why) for f in archive]))
+    assert results[0] == results[1]

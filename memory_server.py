@@ -615,8 +615,11 @@ class GraphStore:
                         break
             self._write_archive(name, remaining)
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        gained: dict[str, list[ArchivedFact]] = {}  # one write per entity: a call may supersede hundreds of facts
         for name, texts, why in tx.archive_adds:
-            self._write_archive(name, self.read_archive(name) + [ArchivedFact(t, why, stamp) for t in texts])
+            gained.setdefault(name, []).extend(ArchivedFact(t, why, stamp) for t in texts)
+        for name, facts in gained.items():
+            self._write_archive(name, self.read_archive(name) + facts)
 
     def _write_archive(self, name: str, facts: list[ArchivedFact]) -> None:
         path = self.archive_path(name)

@@ -1730,12 +1730,46 @@ SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         r"(?=[^\s\"']*[0-9!@#^&+/=_-]|[^\s\"']{12,})[^\s\"']{6,}")),
 ]
 _LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+# A long hex, UUID or base64 value is a secret when the nearest cue word before it, in its sentence and at most
+# SECRET_CUE_WORDS words back, names a secret ("signing secret for staging is <hex>"); a digest word nearer to
+# it ("sha256 of the tarball is <hex>", "token refresh fixed in commit <sha>") makes it an identifier.
+SECRET_CUE_WORDS = 8  # "the signing secret we use for staging is <hex>": a guess that covers such sentences
+_SECRET_CUE = re.compile(r"(?i)\b(?:secrets?|tokens?|passwords?|passphrases?|credentials?|bearer|hmac|"
+                         r"(?:api|signing|encryption|private|access|secret|master|client|webhook|deploy)[ _-]?keys?)\b")
+_DIGEST_CUE = re.compile(r"(?i)\b(?:sha\d*|md5|digest|checksum|hash(?:es)?|commit|revision|rev|fingerprint|uuid|"
+                         r"guid|id|etag|build|trace|request)\b")
+_CUED_VALUE = re.compile(r"(?<![\w+/-])(?:(?P<hex>[0-9a-fA-F]{32,}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})|"
+                         r"(?=[\w+/-]*[a-z])(?=[\w+/-]*[A-Z])(?=[\w+/-]*[0-9])[\w+/-]{24,}={0,2})(?![\w+/-])")
+_SENTENCE_END = re.compile(r"[.;!?]\s")
+
+
+def _mixes_at_random(value: str) -> bool:
+    """Random base64 changes between lower case, upper case and digits at about 2 of 3 letters; a CamelCase
+    name ("myServiceToken2024Production") at 1 in 4. The bar, 1 in 3, is halfway."""
+    kinds = ["d" if c.isdigit() else "u" if c.isupper() else "l" if c.islower() else "o" for c in value]
+    return 3 * sum(a != b for a, b in zip(kinds, kinds[1:])) >= len(value)
+
+
+def _named_as_secret(text: str) -> bool:
+    """A long random value whose nearest cue word before it names a secret, not a digest or an id."""
+    for value in _CUED_VALUE.finditer(text):
+        if not value.group("hex") and not _mixes_at_random(value.group()):
+            continue
+        before = _SENTENCE_END.split(text[:value.start()])[-1]
+        window = " ".join(before.split()[-SECRET_CUE_WORDS:])
+        cues = [(m.start(), True) for m in _SECRET_CUE.finditer(window)]
+        cues += [(m.start(), False) for m in _DIGEST_CUE.finditer(window)]
+        if cues and max(cues)[1]:
+            return True
+    return False
 
 
 def looks_like_secret(text: str) -> str | None:
     for label, pattern in SECRET_PATTERNS:
         if pattern.search(text):
             return label
+    if _named_as_secret(text):
+        return "long value named as a secret"
     for token in _LONG_TOKEN.findall(text):
         if re.fullmatch(r"[0-9a-fA-F]+", token):  # commit ids and digests are not secrets
             continue
@@ -1756,10 +1790,13 @@ def check_new_fact(text: str, settings: Settings) -> str | None:
         return (f"{len(text)} chars, over the {settings.obs_max_chars}-char limit: split it into short facts, "
                 "one idea each; keep long detail in the repo's docs")
     secret = looks_like_secret(text)
-    if secret:
-        return (f"looks like a credential ({secret}): record where the secret lives "
-                "(e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), never its value")
-    return None
+    return secret_refusal(secret) if secret else None
+
+
+def secret_refusal(label: str) -> str:
+    """Why a value that looks like a credential is refused, for facts and names alike; never the value."""
+    return (f"looks like a credential ({label}): record where the secret lives "
+            "(e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), never its value")
 
 
 def normalise_fact(text: str) -> str:
@@ -2513,11 +2550,21 @@ NAME_MAX_CHARS = 200  # entity names, types and relation types: labels, not fact
 
 
 def name_problem(label: str, value: str) -> str | None:
+    """Why a name, entity type, relation type or new name is refused, or None; never repeats the value."""
     if not value.strip():
         return f"{label} is empty"
     if len(value) > NAME_MAX_CHARS:
         return f"{label} is {len(value)} chars, over the {NAME_MAX_CHARS}-char limit for names: keep names short, put detail in facts"
-    return None
+    secret = looks_like_secret(value)
+    return f"{label} {secret_refusal(secret)}" if secret else None
+
+
+WITHHELD = "[withheld: looks like a credential]"
+
+
+def _redacted(text: str) -> str:
+    """text, or WITHHELD when it looks like a credential: answers and history never repeat a secret."""
+    return WITHHELD if looks_like_secret(text) else text
 
 
 def _s(description: str) -> dict[str, Any]:
@@ -2854,7 +2901,7 @@ class Memory:
                 name, etype = item["name"], item["entityType"]
                 problem = name_problem("name", name) or name_problem("entityType", etype)
                 if problem:
-                    lines.append(f"refused {_q(name)}: {problem}")
+                    lines.append(f"refused {_q(_redacted(name))}: {problem}")
                     continue
                 if tx.graph.get(name):
                     existed.append(name)
@@ -2873,7 +2920,7 @@ class Memory:
             if existed:
                 out.append(f"Already existed (use add_observations): {', '.join(existed)}")
             return "\n".join(out + lines) or "Nothing to create."
-        return self._mutate("create entities " + ", ".join(e["name"] for e in entities[:5]), change)
+        return self._mutate("create entities " + ", ".join(_redacted(e["name"]) for e in entities[:5]), change)
 
     def create_relations(self, relations: list[dict[str, Any]]) -> str:
         def change(tx: Transaction) -> str:
@@ -2884,9 +2931,9 @@ class Memory:
                 missing = [n for n in (rel.frm, rel.to) if tx.graph.get(n) is None]
                 type_problem = name_problem("relationType", rel.relationType)
                 if missing or type_problem:
-                    why = (f"unknown entity {', '.join(map(_q, missing))}" + self._hint(tx.graph, missing[0])
+                    why = (f"unknown entity {', '.join(_q(_redacted(m)) for m in missing)}" + self._hint(tx.graph, missing[0])
                            if missing else type_problem)
-                    refused.append(f"refused {short(rel.line(), 120)}: {why}")
+                    refused.append(f"refused {short(_redacted(rel.line()), 120)}: {why}")
                     continue
                 if rel.key in existing:
                     skipped.append(rel.line())

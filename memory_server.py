@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import bisect
+import collections
 import contextlib
 import gc
 import dataclasses
@@ -1662,6 +1663,7 @@ class SearchIndex:
         self._named: dict[str, list[EntityDoc]] = {}
         self._named_generation = -2
         self._vectors: dict[tuple[str, str], dict[int, float]] = {}
+        self._finder: tuple[dict[str, Entity], NameFinder] | None = None
 
     @property
     def avg_len(self) -> float:
@@ -1815,6 +1817,13 @@ class SearchIndex:
             self._named_generation = self._generation
         return self._named.get(name, [])
 
+    def name_finder(self, graph: Graph) -> NameFinder:
+        """The did-you-mean index of graph's names, built once per version of its name map."""
+        names = graph.by_name()
+        if self._finder is None or self._finder[0] is not names:
+            self._finder = (names, NameFinder(names))
+        return self._finder[1]
+
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
         words = [w for w in query.lower().split() if w]
@@ -1831,14 +1840,102 @@ class SearchIndex:
 GATE_RATIO = 0.35  # a fact scoring under this share of the best match is padding, not an answer
 
 
+# ── did you mean: a few candidates per unknown name, from an index of the names' character 3-grams ──
+# Measured on 5,000 generated entity names with 300 one-typo names (tests/test_recall.py): difflib over every
+# name took 34-43 s per call; through the index 0.1 s, with the same hints on the typo table.
+HINT_GRAM = 3                # a dropped, swapped or added letter leaves most 3-grams of a name intact
+HINT_POSTINGS = 20_000       # 3-gram postings counted per unknown name, rarest grams first: a gram most names
+                             # share ("ser" of "-service") says little and costs the most
+HINT_POOL = 100              # names with the most shared 3-grams, re-ranked by their share of both names' grams
+HINT_CANDIDATES = 12         # of those, the names difflib scores (about 65 us each, per case); 8 lost
+                             # "Kira Fox" for "Kria Fox" among 30 "* Fox" names
+HINT_CUTOFF = 0.6            # difflib's own default: what "close" meant before the index
+HINT_MAX_CHARS = 400         # an unknown name longer than twice the longest allowed name is no typo of one
+HINTS_PER_CALL = 20          # unknown names per tool call that get suggestions; past that, just "unknown"
+
+
+def name_grams(folded: str, padded: bool = False) -> set[str]:
+    """A name's character 3-grams; padded adds its first and last letters as grams of their own, so names that
+    start or end alike meet even when short."""
+    text = f"\0{folded}\0" if padded else folded
+    return {text[i:i + HINT_GRAM] for i in range(len(text) - HINT_GRAM + 1)}
+
+
+class NameFinder:
+    """Did-you-mean over a fixed set of names, built once per graph version. Names that contain the unknown
+    name or are contained in it come first (found through the index, in graph order, as before); then
+    difflib's close matches, case-sensitive and case-folded, among the names sharing the most 3-grams."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = list(dict.fromkeys(names))
+        self.folded = [n.lower() for n in self.names]
+        self.ids_of: dict[str, list[int]] = {}       # folded name -> ids (graph order)
+        self.grams: dict[str, list[int]] = {}        # 3-gram -> ids of the folded names holding it
+        self.by_length: dict[int, list[int]] = {}    # for unknown names too short to have a 3-gram
+        self.gram_count: list[int] = []
+        for i, folded in enumerate(self.folded):
+            self.ids_of.setdefault(folded, []).append(i)
+            self.by_length.setdefault(len(folded), []).append(i)
+            grams = name_grams(folded, padded=True)  # holds the unpadded grams too
+            self.gram_count.append(len(grams))
+            for gram in grams:
+                self.grams.setdefault(gram, []).append(i)
+
+    def suggest(self, name: str, limit: int = 5) -> list[str]:
+        low = name.lower()
+        if len(low) > HINT_MAX_CHARS:
+            return []
+        contains = self._containing(low, limit) | self._contained(low)
+        candidates = self._candidates(low)
+        close = difflib.get_close_matches(name, [self.names[i] for i in candidates], n=limit, cutoff=HINT_CUTOFF)
+        folded = {self.folded[i]: self.names[i] for i in candidates}
+        close += [folded[m] for m in difflib.get_close_matches(low, list(folded), n=limit, cutoff=HINT_CUTOFF)]
+        return list(dict.fromkeys([self.names[i] for i in sorted(contains)] + close))[:limit]
+
+    def _containing(self, low: str, limit: int) -> set[int]:
+        """The first `limit` names (graph order) that contain low: all of them hold its rarest 3-gram."""
+        grams = name_grams(low)
+        if not low:
+            return set()
+        pool = min((self.grams.get(g, []) for g in grams), key=len) if grams else range(len(self.names))
+        found: set[int] = set()
+        for i in pool:
+            if low in self.folded[i]:
+                found.add(i)
+                if len(found) == limit:
+                    break
+        return found
+
+    def _contained(self, low: str) -> set[int]:
+        """Names that are a substring of low: its substrings of every length a name has, looked up."""
+        found: set[int] = set()
+        for length in self.by_length:
+            for start in range(len(low) - length + 1):
+                found.update(self.ids_of.get(low[start:start + length], ()))
+        return found
+
+    def _candidates(self, low: str) -> list[int]:
+        """The HINT_CANDIDATES names sharing the largest share of 3-grams with low (Dice, rarest grams counted
+        first); for a name too short to have one, the names short enough to be within difflib's cutoff."""
+        grams = name_grams(low, padded=True)
+        if not grams:
+            longest = math.ceil(len(low) * (2 / HINT_CUTOFF - 1))
+            return [i for length in range(1, longest + 1) for i in self.by_length.get(length, ())]
+        shared: collections.Counter[int] = collections.Counter()
+        counted = 0
+        for posting in sorted((self.grams.get(g, []) for g in grams), key=len):
+            if counted and counted + len(posting) > HINT_POSTINGS:
+                break
+            counted += len(posting)
+            shared.update(posting)
+        pool = [i for i, _ in shared.most_common(HINT_POOL)]
+        dice = {i: 2 * shared[i] / (len(grams) + self.gram_count[i]) for i in pool}
+        return heapq.nlargest(HINT_CANDIDATES, pool, key=dice.__getitem__)
+
+
 def did_you_mean(name: str, names: Iterable[str], limit: int = 5) -> list[str]:
-    names = list(names)
-    low = name.lower()
-    contains = [n for n in names if low and (low in n.lower() or n.lower() in low)]
-    close = difflib.get_close_matches(name, names, n=limit, cutoff=0.6)
-    folded = {n.lower(): n for n in names}
-    close += [folded[m] for m in difflib.get_close_matches(low, list(folded), n=limit, cutoff=0.6)]
-    return list(dict.fromkeys(contains + close))[:limit]
+    """Suggestions for one unknown name among names (for many lookups, keep a NameFinder)."""
+    return NameFinder(names).suggest(name, limit)
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -2056,12 +2153,46 @@ SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         r"(?=[^\s\"']*[0-9!@#^&+/=_-]|[^\s\"']{12,})[^\s\"']{6,}")),
 ]
 _LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+# A long hex, UUID or base64 value is a secret when the nearest cue word before it, in its sentence and at most
+# SECRET_CUE_WORDS words back, names a secret ("signing secret for staging is <hex>"); a digest word nearer to
+# it ("sha256 of the tarball is <hex>", "token refresh fixed in commit <sha>") makes it an identifier.
+SECRET_CUE_WORDS = 8  # "the signing secret we use for staging is <hex>": a guess that covers such sentences
+_SECRET_CUE = re.compile(r"(?i)\b(?:secrets?|tokens?|passwords?|passphrases?|credentials?|bearer|hmac|"
+                         r"(?:api|signing|encryption|private|access|secret|master|client|webhook|deploy)[ _-]?keys?)\b")
+_DIGEST_CUE = re.compile(r"(?i)\b(?:sha\d*|md5|digest|checksum|hash(?:es)?|commit|revision|rev|fingerprint|uuid|"
+                         r"guid|id|etag|build|trace|request)\b")
+_CUED_VALUE = re.compile(r"(?<![\w+/-])(?:(?P<hex>[0-9a-fA-F]{32,}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})|"
+                         r"(?=[\w+/-]*[a-z])(?=[\w+/-]*[A-Z])(?=[\w+/-]*[0-9])[\w+/-]{24,}={0,2})(?![\w+/-])")
+_SENTENCE_END = re.compile(r"[.;!?]\s")
+
+
+def _mixes_at_random(value: str) -> bool:
+    """Random base64 changes between lower case, upper case and digits at about 2 of 3 letters; a CamelCase
+    name ("myServiceToken2024Production") at 1 in 4. The bar, 1 in 3, is halfway."""
+    kinds = ["d" if c.isdigit() else "u" if c.isupper() else "l" if c.islower() else "o" for c in value]
+    return 3 * sum(a != b for a, b in zip(kinds, kinds[1:])) >= len(value)
+
+
+def _named_as_secret(text: str) -> bool:
+    """A long random value whose nearest cue word before it names a secret, not a digest or an id."""
+    for value in _CUED_VALUE.finditer(text):
+        if not value.group("hex") and not _mixes_at_random(value.group()):
+            continue
+        before = _SENTENCE_END.split(text[:value.start()])[-1]
+        window = " ".join(before.split()[-SECRET_CUE_WORDS:])
+        cues = [(m.start(), True) for m in _SECRET_CUE.finditer(window)]
+        cues += [(m.start(), False) for m in _DIGEST_CUE.finditer(window)]
+        if cues and max(cues)[1]:
+            return True
+    return False
 
 
 def looks_like_secret(text: str) -> str | None:
     for label, pattern in SECRET_PATTERNS:
         if pattern.search(text):
             return label
+    if _named_as_secret(text):
+        return "long value named as a secret"
     for token in _LONG_TOKEN.findall(text):
         if re.fullmatch(r"[0-9a-fA-F]+", token):  # commit ids and digests are not secrets
             continue
@@ -2082,10 +2213,13 @@ def check_new_fact(text: str, settings: Settings) -> str | None:
         return (f"{len(text)} chars, over the {settings.obs_max_chars}-char limit: split it into short facts, "
                 "one idea each; keep long detail in the repo's docs")
     secret = looks_like_secret(text)
-    if secret:
-        return (f"looks like a credential ({secret}): record where the secret lives "
-                "(e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), never its value")
-    return None
+    return secret_refusal(secret) if secret else None
+
+
+def secret_refusal(label: str) -> str:
+    """Why a value that looks like a credential is refused, for facts and names alike; never the value."""
+    return (f"looks like a credential ({label}): record where the secret lives "
+            "(e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), never its value")
 
 
 def normalise_fact(text: str) -> str:
@@ -2094,14 +2228,16 @@ def normalise_fact(text: str) -> str:
 
 NEGATIONS = {"not", "no", "never", "without", "cannot", "dont", "doesnt", "isnt", "wont", "nt"}
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
+NEAR_COSINE = 0.93  # embedder cosine from which two facts with the same numbers and negation are "nearly the same"
 
 
 def _body(text: str) -> str:
     return DATE_PREFIX.sub("", text, count=1).lstrip(" :-—")
 
 
-def compare_facts(old: str, new: str) -> str | None:
-    """'duplicate', 'near', 'supersede', 'conflict' or None: conservative, when unsure keep both."""
+def compare_facts(old: str, new: str, vector: Callable[[str], dict[int, float]] = embed) -> str | None:
+    """'duplicate', 'near', 'supersede', 'conflict' or None: conservative, when unsure keep both.
+    vector is embed, or a lookup of vectors embed made before."""
     if normalise_fact(old) == normalise_fact(new):
         return "duplicate"
     old_date, new_date = fact_date(old), fact_date(new)
@@ -2112,7 +2248,7 @@ def compare_facts(old: str, new: str) -> str | None:
         return None
     numbers_differ = _NUMBER.findall(_body(old)) != _NUMBER.findall(_body(new))
     negation_differs = bool(NEGATIONS & set(a)) != bool(NEGATIONS & set(b))
-    if not numbers_differ and not negation_differs and cosine(embed(old), embed(new)) >= 0.93:
+    if not numbers_differ and not negation_differs and cosine(vector(old), vector(new)) >= NEAR_COSINE:
         return "near"
     prefix = 0
     while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
@@ -2132,6 +2268,119 @@ def compare_facts(old: str, new: str) -> str | None:
         if shared:
             return "conflict"
     return None
+
+
+Keys = set[tuple[Any, ...]]
+
+
+def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, Keys]:
+    """(word keys, near keys): a pair compare_facts flags always shares a key, a stored fact's meeting a new one's.
+    Word keys:
+    - the normalised text: "duplicate";
+    - the body's first two, last two, or first and last words: "supersede" and "conflict" need two words equal
+      at the ends (prefix + suffix >= 2); with the same negation also at most 3 other words on each side, so
+      lengths within 2 of each other; a negation flip has no limit on length;
+    - the set of content stems: a negation flip of the same words is a "conflict".
+    Near keys: "near" needs the same numbers and negation, and an embedder bucket in common: a stored fact's
+    heaviest buckets (near_buckets) against all of a new fact's.
+    Keys are words and buckets, no similarity threshold of their own, so no flagged pair is ever missed."""
+    body = _body(text)
+    words = tokenize(body)
+    negated = bool(NEGATIONS & set(words))
+    keys: Keys = {("text", normalise_fact(text)), ("stems", frozenset({stem(w) for w in words} - NEGATIONS - STOP_WORDS))}
+    ends = [("head", *words[:2]), ("tail", *words[-2:]), ("ends", words[0], words[-1])] if len(words) >= 2 else []
+    for pair in ends:
+        if stored:
+            keys |= {(*pair, negated, len(words)), (*pair, negated)}
+        else:
+            keys.add((*pair, not negated))
+            keys.update((*pair, negated, n) for n in range(len(words) - 2, len(words) + 3))
+    same = (tuple(_NUMBER.findall(body)), negated)
+    near = {("near", same, bucket) for bucket in (near_buckets(vector) if stored else vector)}
+    return keys, near
+
+
+def near_buckets(vector: dict[int, float]) -> list[int]:
+    """The heaviest buckets of a unit vector, holding more than 1 - NEAR_COSINE^2 of its squared weight: a vector
+    with none of them reaches a cosine of at most sqrt(1 - that share) < NEAR_COSINE (Cauchy-Schwarz over the
+    other buckets), so it cannot be "near"."""
+    needed = 1 - NEAR_COSINE ** 2 + 1e-9  # the margin covers rounding in the norms
+    chosen, mass = [], 0.0
+    for bucket, value in sorted(vector.items(), key=lambda kv: (-abs(kv[1]), kv[0])):
+        if mass > needed:
+            break
+        chosen.append(bucket)
+        mass += value * value
+    return chosen
+
+
+def could_be_near(a: dict[int, float], b: dict[int, float]) -> bool:
+    """False when two unit vectors cannot reach NEAR_COSINE: their cosine is at most the root of the share of
+    a's squared weight in buckets b has (Cauchy-Schwarz), and the same the other way round."""
+    most = NEAR_COSINE ** 2 - 1e-9  # the margin covers rounding in the norms
+    common = a.keys() & b.keys()
+    return sum(a[k] * a[k] for k in common) >= most and sum(b[k] * b[k] for k in common) >= most
+
+
+class FactNeighbours:
+    """One entity's facts indexed by fact_keys, so write-time curation compares a new fact only with the facts
+    compare_facts could flag, in list order: the same first verdict as comparing with every fact. Two facts
+    dated differently are never flagged (history, not a change), so keys are held per date: a dated fact is
+    looked up among its own date and the undated facts, an undated one among all ("*")."""
+
+    def __init__(self, facts: Iterable[str]) -> None:
+        self._copies: dict[str, list[int]] = {}         # text -> positions of its copies (only ever increasing)
+        self._keys: dict[str, Keys] = {}
+        self._holders: dict[tuple[Any, ...], set[str]] = {}
+        self._vectors: dict[str, dict[int, float]] = {}  # embed of each fact, made once
+        self._next = 0
+        for text in facts:
+            self.add(text)
+
+    def add(self, text: str) -> None:
+        """A fact appended to the entity's list."""
+        self._copies.setdefault(text, []).append(self._next)
+        self._next += 1
+        if text not in self._keys:
+            date = fact_date(text)
+            self._keys[text] = {(scope, *key) for keys in fact_keys(text, self._vector(text), stored=True)
+                                for key in keys for scope in (date, "*")}
+            for key in self._keys[text]:
+                self._holders.setdefault(key, set()).add(text)
+
+    def remove(self, text: str) -> None:
+        """The first copy of a fact removed from the list (as list.remove)."""
+        copies = self._copies[text]
+        copies.pop(0)
+        if not copies:
+            del self._copies[text]
+            del self._vectors[text]
+            for key in self._keys.pop(text):
+                self._holders[key].discard(text)
+
+    def _vector(self, text: str) -> dict[int, float]:
+        vector = self._vectors.get(text)
+        if vector is None:
+            vector = self._vectors[text] = embed(text)
+        return vector
+
+    def _holding(self, keys: Keys, date: str | None) -> set[str]:
+        scopes = (date, None) if date else ("*",)
+        return {text for key in keys for scope in scopes for text in self._holders.get((scope, *key), ())}
+
+    def first_flagged(self, text: str) -> tuple[str | None, str | None]:
+        """(verdict, fact) for the first fact in list order that compare_facts flags against text, or (None, None)."""
+        date, vector = fact_date(text), self._vector(text)
+        word_keys, near_keys = fact_keys(text, vector, stored=False)
+        found = self._holding(word_keys, date)
+        heavy = near_buckets(vector)  # the same bound the other way round, first as a cheap check
+        found |= {t for t in self._holding(near_keys, date) - found
+                  if any(k in self._vectors[t] for k in heavy) and could_be_near(vector, self._vectors[t])}
+        for other in sorted(found, key=lambda t: self._copies[t][0]):
+            verdict = compare_facts(other, text, self._vector)
+            if verdict:
+                return verdict, other
+        return None, None
 
 
 def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callable[[str], bool]) -> list[str]:
@@ -2724,11 +2973,21 @@ NAME_MAX_CHARS = 200  # entity names, types and relation types: labels, not fact
 
 
 def name_problem(label: str, value: str) -> str | None:
+    """Why a name, entity type, relation type or new name is refused, or None; never repeats the value."""
     if not value.strip():
         return f"{label} is empty"
     if len(value) > NAME_MAX_CHARS:
         return f"{label} is {len(value)} chars, over the {NAME_MAX_CHARS}-char limit for names: keep names short, put detail in facts"
-    return None
+    secret = looks_like_secret(value)
+    return f"{label} {secret_refusal(secret)}" if secret else None
+
+
+WITHHELD = "[withheld: looks like a credential]"
+
+
+def _redacted(text: str) -> str:
+    """text, or WITHHELD when it looks like a credential: answers and history never repeat a secret."""
+    return WITHHELD if looks_like_secret(text) else text
 
 
 def _s(description: str) -> dict[str, Any]:
@@ -2917,6 +3176,7 @@ class Memory:
         self._relation_size: dict[tuple[str, str, str], int] = {}  # kept across versions: a write changes few
         self._touching_cache: tuple[int, dict[str, list[int]]] | None = None
         self.anchors = AnchorChecker(self)
+        self.hints_left = HINTS_PER_CALL  # did-you-mean budget, renewed by each call
 
     # ── reading ──
     def warm_up(self) -> int:
@@ -3011,10 +3271,17 @@ class Memory:
     def _need(self, graph: Graph, name: str) -> Entity:
         entity = graph.get(name)
         if entity is None:
-            hint = did_you_mean(name, graph.by_name())
+            hint = self._names_like(graph, name)
             raise ToolError(f"unknown entity {_q(name)}" + (f"; did you mean {', '.join(map(_q, hint))}?" if hint else
                                                             "; create it with create_entities"))
         return entity
+
+    def _names_like(self, graph: Graph, name: str) -> list[str]:
+        """Did-you-mean for an unknown name, for the first HINTS_PER_CALL unknown names of a call."""
+        if self.hints_left <= 0:
+            return []
+        self.hints_left -= 1
+        return self.index.name_finder(graph).suggest(name)
 
     def _pinned(self, entity: str) -> Callable[[str], bool]:
         return lambda text: self.meta.state(entity, text).pinned
@@ -3022,6 +3289,7 @@ class Memory:
     # ── adding facts: the write-time curation every path shares ──
     def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
         added, notes, refused = [], [], []
+        neighbours = FactNeighbours(entity.observations)
         for text in contents:
             reason = check_new_fact(text, self.settings) or self.anchors.check_new(text)
             if reason:
@@ -3029,12 +3297,7 @@ class Memory:
                 refused.append(f"refused {shown}: {reason}")
                 tx.refused += 1
                 continue
-            verdict, other = None, None
-            for existing in entity.observations:
-                verdict = compare_facts(existing, text)
-                if verdict:
-                    other = existing
-                    break
+            verdict, other = neighbours.first_flagged(text)
             if verdict == "duplicate":
                 notes.append(f"skipped duplicate of {_q(other)}")
                 continue
@@ -3044,12 +3307,14 @@ class Memory:
             tx.touch(entity.name)
             if verdict == "supersede" and not self.meta.state(entity.name, other).pinned:
                 entity.observations.remove(other)
+                neighbours.remove(other)
                 tx.archive(entity.name, [other], f"superseded by {_q(text, 120)}")
                 notes.append(f"replaced {_q(other)} (archived)")
             elif verdict in ("supersede", "conflict"):
                 pinned = " (pinned)" if self.meta.state(entity.name, other).pinned else ""
                 notes.append(f"possible conflict with {_q(other)}{pinned}: both kept; delete the wrong one")
             entity.observations.append(text)
+            neighbours.add(text)
             added.append(text)
             tx.added += 1
         moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name))
@@ -3072,7 +3337,7 @@ class Memory:
                 name, etype = item["name"], item["entityType"]
                 problem = name_problem("name", name) or name_problem("entityType", etype)
                 if problem:
-                    lines.append(f"refused {_q(name)}: {problem}")
+                    lines.append(f"refused {_q(_redacted(name))}: {problem}")
                     continue
                 if tx.graph.get(name):
                     existed.append(name)
@@ -3091,7 +3356,7 @@ class Memory:
             if existed:
                 out.append(f"Already existed (use add_observations): {', '.join(existed)}")
             return "\n".join(out + lines) or "Nothing to create."
-        return self._mutate("create entities " + ", ".join(e["name"] for e in entities[:5]), change)
+        return self._mutate("create entities " + ", ".join(_redacted(e["name"]) for e in entities[:5]), change)
 
     def create_relations(self, relations: list[dict[str, Any]]) -> str:
         def change(tx: Transaction) -> str:
@@ -3102,9 +3367,9 @@ class Memory:
                 missing = [n for n in (rel.frm, rel.to) if tx.graph.get(n) is None]
                 type_problem = name_problem("relationType", rel.relationType)
                 if missing or type_problem:
-                    why = (f"unknown entity {', '.join(map(_q, missing))}" + self._hint(tx.graph, missing[0])
+                    why = (f"unknown entity {', '.join(_q(_redacted(m)) for m in missing)}" + self._hint(tx.graph, missing[0])
                            if missing else type_problem)
-                    refused.append(f"refused {short(rel.line(), 120)}: {why}")
+                    refused.append(f"refused {short(_redacted(rel.line()), 120)}: {why}")
                     continue
                 if rel.key in existing:
                     skipped.append(rel.line())
@@ -3120,7 +3385,7 @@ class Memory:
         return self._mutate(f"create {len(relations)} relation(s)", change)
 
     def _hint(self, graph: Graph, name: str) -> str:
-        hint = did_you_mean(name, graph.by_name())
+        hint = self._names_like(graph, name)
         return f" (did you mean {', '.join(map(_q, hint))}?)" if hint else ""
 
     def add_observations(self, observations: list[dict[str, Any]]) -> str:
@@ -3592,6 +3857,7 @@ class Memory:
         could not be used."""
         with self.lock:
             self.meta.begin_call()
+            self.hints_left = HINTS_PER_CALL
             text = run()
             note = self.meta.note()
             return f"{text}\n{note}" if note else text

@@ -2,6 +2,7 @@
 or damaged memory.db, two graphs in one folder, compact outside the lock. Real processes and real signals."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -178,7 +179,7 @@ def test_another_machines_lock_that_keeps_beating_is_not_broken(tmp_path, monkey
     def beat():  # its clock is an hour behind ours, but its heartbeat goes on
         while not stop.wait(0.1):
             then = time.time() - 3600
-            with __import__("contextlib").suppress(OSError):
+            with contextlib.suppress(OSError):
                 os.utime(lock, (then, then))
     threading.Thread(target=beat, daemon=True).start()
     try:
@@ -380,19 +381,32 @@ def test_a_symlinked_graph_stays_a_symlink_and_its_side_files_sit_beside_the_tar
 
 
 # ── 5. memory.db is best-effort; the graph is not ──
-def test_a_memory_db_held_by_another_process_never_fails_a_read_or_a_saved_write(tmp_path):
-    path = tmp_path / "memory.jsonl"
+@contextlib.contextmanager
+def serving(path: Path):
+    """A real server over stdio on a one-entity graph, initialised and warmed by one search."""
     write_graph(path, [("svc", "service", ["listens on 8080"])])
     server = StdioServer(path)
     try:
         server.initialize()
-        server.call("search_nodes", {"query": "listens"})
+        assert not server.call("search_nodes", {"query": "listens"})[1]
+        yield server
+    finally:
+        server.close()
+
+
+def add(server: StdioServer, fact: str) -> tuple[str, bool]:
+    return server.call("add_observations", {"observations": [{"entityName": "svc", "contents": [fact]}]})
+
+
+def test_a_memory_db_held_by_another_process_never_fails_a_read_or_a_saved_write(tmp_path):
+    path = tmp_path / "memory.jsonl"
+    with serving(path) as server:
         holder = sqlite3.connect(tmp_path / "memory.db", isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
         started = time.monotonic()
         text, is_error = server.call("search_nodes", {"query": "listens"})
         assert not is_error and "listens on 8080" in text and "memory.db is busy" in text, text
-        text, is_error = server.call("add_observations", {"observations": [{"entityName": "svc", "contents": ["saved anyway"]}]})
+        text, is_error = add(server, "saved anyway")
         assert not is_error and "memory.db is busy" in text, text
         assert time.monotonic() - started < 8
         assert facts_of(path, "svc") == ["listens on 8080", "saved anyway"]
@@ -400,48 +414,32 @@ def test_a_memory_db_held_by_another_process_never_fails_a_read_or_a_saved_write
         holder.close()
         text, is_error = server.call("recall", {"query": "saved anyway"})
         assert not is_error and "saved anyway" in text and "Note:" not in text, text
-    finally:
-        server.close()
 
 
 @posix_only
 def test_a_truncated_shm_of_an_old_wal_database_does_not_kill_the_server(tmp_path):
-    path = tmp_path / "memory.jsonl"
-    write_graph(path, [("svc", "service", ["listens on 8080"])])
     old = sqlite3.connect(tmp_path / "memory.db", isolation_level=None)
     old.execute("PRAGMA journal_mode=WAL")  # as earlier versions left it
     old.execute("CREATE TABLE IF NOT EXISTS t(x)")
     old.close()
-    server = StdioServer(path)
-    try:
-        server.initialize()
-        assert not server.call("search_nodes", {"query": "listens"})[1]
-        shm = tmp_path / "memory.db-shm"
-        shm.write_bytes(b"")  # truncated by a sync tool or a clean-up script while the server runs
-        text, is_error = server.call("add_observations", {"observations": [{"entityName": "svc", "contents": ["still up"]}]})
+    with serving(tmp_path / "memory.jsonl") as server:
+        (tmp_path / "memory.db-shm").write_bytes(b"")  # truncated by a sync tool or a clean-up script
+        text, is_error = add(server, "still up")
         assert not is_error, text
         assert server.proc.poll() is None
-    finally:
-        server.close()
     mode = sqlite3.connect(tmp_path / "memory.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "delete"
 
 
 def test_a_memory_db_overwritten_with_garbage_while_running_never_fails_a_call(tmp_path):
     path = tmp_path / "memory.jsonl"
-    write_graph(path, [("svc", "service", ["listens on 8080"])])
-    server = StdioServer(path)
-    try:
-        server.initialize()
-        server.call("search_nodes", {"query": "listens"})
+    with serving(path) as server:
         (tmp_path / "memory.db").write_bytes(b"not a database at all " * 500)
         text, is_error = server.call("search_nodes", {"query": "listens"})
         assert not is_error and "listens on 8080" in text, text
-        text, is_error = server.call("add_observations", {"observations": [{"entityName": "svc", "contents": ["kept"]}]})
+        text, is_error = add(server, "kept")
         assert not is_error and "memory.db" in text, text
         assert facts_of(path, "svc") == ["listens on 8080", "kept"]
-    finally:
-        server.close()
 
 
 def read_only_command(folder: Path, command: list[str]) -> list[str]:

@@ -29,8 +29,10 @@ import re
 import secrets
 import shutil
 import socket
+import shlex
 import sqlite3
 import stat as _stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -59,6 +61,24 @@ def default_memory_path(env: dict[str, str]) -> Path:
         return Path(base) / "graphmem" / "memory.jsonl"
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "graphmem" / "memory.jsonl"
+
+
+TEAM_DIR = ".graphmem"  # a project's shared memory, committed with its code (see section 13)
+
+
+def work_tree_of(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds .git (a repository, or a linked work tree)."""
+    start = start.resolve()
+    for folder in [start, *start.parents]:
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def team_memory_path(start: Path) -> Path | None:
+    """`.graphmem/memory.jsonl` of the git work tree holding `start`, when the project has a .graphmem/ folder."""
+    root = work_tree_of(start)
+    return root / TEAM_DIR / "memory.jsonl" if root is not None and (root / TEAM_DIR).is_dir() else None
 
 
 def _number_setting(env: dict[str, str], name: str, default: Any, low: Any, high: Any) -> Any:
@@ -94,12 +114,13 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
         env = dict(os.environ if env is None else env)
         raw_path = env.get("MEMORY_FILE_PATH", "").strip()
-        path = Path(raw_path).expanduser() if raw_path else default_memory_path(env)
+        root = env.get("MEMORY_PROJECT_ROOT", "").strip()
+        team = None if raw_path else team_memory_path(Path(root).expanduser() if root else Path.cwd())
+        path = Path(raw_path).expanduser() if raw_path else (team or default_memory_path(env))
         if not path.is_absolute():
             path = Path.cwd() / path
         if path.exists() and path.is_dir():
             raise ConfigError(f"MEMORY_FILE_PATH={path} is a folder; give a file path such as {path / 'memory.jsonl'}")
-        root = env.get("MEMORY_PROJECT_ROOT", "").strip()
         return cls(
             file_path=path,
             obs_max_chars=_number_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
@@ -238,6 +259,47 @@ def serialise_graph(graph: Graph) -> str:
         if item.json_line is None:
             item.json_line = dump_json_line(item.to_json())
     return "\n".join([e.json_line for e in graph.entities] + [r.json_line for r in graph.relations] + graph.other_lines)
+
+
+CONFLICT_MARKER = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |\r?$)")  # git's conflict markers
+
+
+def heal_conflict_markers(graph: Graph) -> int:
+    """A file git merged without graphmem's driver: its marker lines are dropped (they were read as unreadable
+    lines) and both sides' copies of an entity fold into one, every fact kept. Returns the markers dropped."""
+    markers = [u for u in graph.unreadable if CONFLICT_MARKER.match(u[1])]
+    if markers:
+        graph.unreadable = [u for u in graph.unreadable if not CONFLICT_MARKER.match(u[1])]
+        fold_duplicates(graph)
+    return len(markers)
+
+
+def fold_duplicates(graph: Graph) -> int:
+    """Entities of the same name (both sides of a healed conflict) become one, every fact kept in order;
+    repeated relations become one. Returns how many duplicate lines were folded."""
+    first: dict[str, Entity] = {}
+    entities, folded = [], 0
+    for entity in graph.entities:
+        if entity.name in first:
+            keep = first[entity.name]
+            keep.observations += [o for o in entity.observations if o not in keep.observations]
+            keep.extra = {**entity.extra, **keep.extra}
+            keep.json_line = None
+            folded += 1
+        else:
+            first[entity.name] = entity
+            entities.append(entity)
+    seen: set[tuple[str, str, str]] = set()
+    relations = []
+    for r in graph.relations:
+        folded += r.key in seen
+        if r.key not in seen:
+            seen.add(r.key)
+            relations.append(r)
+    graph.entities, graph.relations = entities, relations
+    graph.other_lines = list(dict.fromkeys(graph.other_lines))
+    graph.invalidate()
+    return folded
 
 
 DATE_PREFIX = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})\b")
@@ -629,6 +691,8 @@ class GraphStore:
         self._backup_daily()
         undo = self._archive_gains(tx)
         try:
+            if heal_conflict_markers(tx.graph):
+                log(f"{self.path.name} had git conflict markers: removed, both sides' facts kept")
             if tx.graph.unreadable:
                 self._set_aside_unreadable(tx.graph)
             self._write_atomic(serialise_graph(tx.graph).encode("utf-8"),
@@ -4946,7 +5010,177 @@ def demo_archive() -> "dict[str, list[str]]":
 
 
 # ════════════════════════════════════════════════════════════════════════════
-# 13. CLI: maintenance (--lint, --compact, --report), setup (--config, --protocol, --skill), --ui
+# 13. Team: project memory committed with the code, merged by git without conflicts
+# ════════════════════════════════════════════════════════════════════════════
+
+TEAM_GITIGNORE = """# graphmem: local-only files (metadata, lock, backups, temp files); the graph and its archive are shared
+*.db
+*.db-*
+*.db.corrupt-*
+*.lock
+*.lock.stale-*
+*.tmp
+.archive.*
+*.unreadable
+backups/
+"""
+TEAM_ATTRIBUTES = (f"{TEAM_DIR}/memory.jsonl merge=graphmem",  # fact-level three-way merge (--merge)
+                   f"{TEAM_DIR}/archive/*.md merge=union")     # archived facts: keep both sides' lines
+
+
+def git(root: Path, *args: str) -> str | None:
+    """stdout of a git command in `root`, or None when git is missing or the command fails."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def init_team(root_hint: Path, command: list[str]) -> list[str]:
+    """`graphmem --init`: the team folder, its .gitignore, the merge attributes and the driver. Idempotent."""
+    root = work_tree_of(root_hint)
+    if root is None:
+        raise ConfigError(f"{root_hint} is not inside a git work tree: run --init in the project's repository")
+    done = []
+    folder = root / TEAM_DIR
+    if not folder.is_dir():
+        folder.mkdir()
+        done.append(f"created {TEAM_DIR}/")
+    graph = folder / "memory.jsonl"
+    if not graph.exists():
+        graph.write_bytes(b"")
+        done.append(f"created {TEAM_DIR}/memory.jsonl (empty)")
+    ignore = folder / ".gitignore"
+    if not ignore.exists() or ignore.read_text(encoding="utf-8") != TEAM_GITIGNORE:
+        ignore.write_text(TEAM_GITIGNORE, encoding="utf-8")
+        done.append(f"wrote {TEAM_DIR}/.gitignore (memory.db, lock, backups and temp files stay local)")
+    attributes = root / ".gitattributes"
+    lines = attributes.read_text(encoding="utf-8").splitlines() if attributes.exists() else []
+    missing = [line for line in TEAM_ATTRIBUTES if line not in lines]
+    if missing:
+        attributes.write_text("\n".join(lines + missing) + "\n", encoding="utf-8")
+        done.append("added to .gitattributes: " + "; ".join(missing))
+    driver = " ".join(shlex.quote(part) for part in command) + " --merge %O %A %B %P"
+    if git(root, "config", "--local", "merge.graphmem.driver") != driver:
+        git(root, "config", "--local", "merge.graphmem.name", "graphmem: fact-level merge of memory.jsonl")
+        git(root, "config", "--local", "merge.graphmem.driver", driver)
+        done.append(f"registered the merge driver in .git/config: {driver}")
+    return done or ["already set up; nothing to do"]
+
+
+def parse_mergeable(data: bytes) -> Graph:
+    """A side of a merge: conflict markers healed, duplicates folded."""
+    graph = parse_graph_bytes(data)
+    heal_conflict_markers(graph)
+    fold_duplicates(graph)
+    return graph
+
+
+def three_way(base: list[Any], ours: list[Any], theirs: list[Any]) -> list[Any]:
+    """Ours in order without what theirs deleted, then what theirs added: nothing either side added is lost."""
+    in_base, in_ours, in_theirs = set(base), set(ours), set(theirs)
+    kept = [x for x in ours if x not in in_base or x in in_theirs]
+    added = [x for x in theirs if x not in in_base and x not in in_ours]
+    return list(dict.fromkeys(kept + added))
+
+
+def detect_renames(base: Graph, side: Graph) -> dict[str, str]:
+    """{old: new} for entities of `base` gone from `side` whose type and most facts reappear under a new name."""
+    side_names, base_names = side.by_name(), base.by_name()
+    arrived = [e for e in side.entities if e.name not in base_names]
+    renames = {}
+    for gone in (e for e in base.entities if e.name not in side_names and e.observations):
+        facts = set(gone.observations)
+        best = max(arrived, key=lambda e: len(facts & set(e.observations)), default=None)
+        if best and best.entityType == gone.entityType and len(facts & set(best.observations)) * 2 >= len(facts):
+            renames[gone.name] = best.name
+            arrived.remove(best)
+    return renames
+
+
+def renamed(graph: Graph, renames: dict[str, str]) -> Graph:
+    """A copy of `graph` with entities and relation ends renamed."""
+    if not renames:
+        return graph
+    return Graph([Entity(renames.get(e.name, e.name), e.entityType, list(e.observations), dict(e.extra))
+                  for e in graph.entities],
+                 [Relation(renames.get(r.frm, r.frm), renames.get(r.to, r.to), r.relationType, dict(r.extra))
+                  for r in graph.relations], list(graph.other_lines))
+
+
+def merge_entity(b: Entity | None, o: Entity, t: Entity, notes: list[str]) -> Entity:
+    etype = o.entityType
+    if o.entityType != t.entityType:
+        if b is not None and o.entityType == b.entityType:
+            etype = t.entityType
+        elif b is None or t.entityType != b.entityType:
+            notes.append(f"{o.name}: type changed on both sides; kept {o.entityType!r}, theirs was {t.entityType!r}")
+    facts = three_way(b.observations if b else [], o.observations, t.observations)
+    return Entity(o.name, etype, facts, {**t.extra, **o.extra})
+
+
+def merge_graphs(base: Graph, ours: Graph, theirs: Graph) -> tuple[Graph, list[str]]:
+    """Three-way merge by entity, fact and relation. A fact or entity added on either side is kept; one
+    deleted on one side and untouched on the other is deleted; a rename on one side follows; nothing is
+    dropped to resolve a conflict (an entity deleted on one side but changed on the other is kept)."""
+    notes: list[str] = []
+    ours_renames, theirs_renames = detect_renames(base, ours), detect_renames(base, theirs)
+    for old in set(ours_renames) & set(theirs_renames):
+        if ours_renames[old] != theirs_renames[old]:
+            notes.append(f"{old}: renamed to {ours_renames[old]!r} here and {theirs_renames[old]!r} there; kept both")
+            del theirs_renames[old]
+    both = {**theirs_renames, **ours_renames}
+    base, ours, theirs = renamed(base, both), renamed(ours, theirs_renames), renamed(theirs, ours_renames)
+    fold_duplicates(ours)
+    fold_duplicates(theirs)
+    b_by, o_by, t_by = base.by_name(), ours.by_name(), theirs.by_name()
+    entities = []
+    for name in dict.fromkeys([e.name for e in ours.entities] + [e.name for e in theirs.entities]):
+        b, o, t = b_by.get(name), o_by.get(name), t_by.get(name)
+        if o and t:
+            entities.append(merge_entity(b, o, t, notes))
+        elif o or t:
+            side = o or t
+            if b is None or side.to_json() != b.to_json():
+                if b is not None:
+                    notes.append(f"{name}: deleted on one side, changed on the other; kept")
+                entities.append(side.copy())
+    relations = {r.key: r for r in [*theirs.relations, *ours.relations]}
+    keys = three_way([r.key for r in base.relations], [r.key for r in ours.relations], [r.key for r in theirs.relations])
+    other = three_way(base.other_lines, ours.other_lines, theirs.other_lines)
+    return Graph(entities, [relations[k] for k in keys], other), notes
+
+
+def merge_command(paths: list[str]) -> int:
+    """Run the merge driver; exit 0 with a clean file (git then takes it), 2 on wrong arguments."""
+    if len(paths) not in (3, 4):
+        raise ConfigError("--merge needs BASE OURS THEIRS [PATH] (git passes %O %A %B %P)")
+    notes = merge_files(Path(paths[0]), Path(paths[1]), Path(paths[2]), paths[3] if len(paths) == 4 else None)
+    for note in notes:
+        log(f"merge: {note}")
+    return 0
+
+
+def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: str | None = None) -> list[str]:
+    """`graphmem --merge %O %A %B %P`: the merged graph replaces OURS (as git expects); returns notes."""
+    sides = [parse_mergeable(_file_bytes(p) or b"") for p in (base_path, ours_path, theirs_path)]
+    unreadable = [raw for side in sides[1:] for _, raw in side.unreadable]
+    merged, notes = merge_graphs(*sides)
+    if unreadable:  # the merged file must be strictly valid; the lines are kept beside the real file
+        aside = Path((shown_as or str(ours_path)) + ".unreadable")
+        with open(aside, "ab") as handle:
+            handle.write(b"".join(raw.rstrip(b"\r") + b"\n" for raw in unreadable))
+        notes.append(f"{len(unreadable)} unreadable line(s) moved to {aside}")
+    data = serialise_graph(merged).encode("utf-8")
+    tmp = ours_path.with_name(ours_path.name + ".merge.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, ours_path)
+    return notes
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 14. CLI: maintenance (--lint, --compact, --report), setup (--config, --protocol, --skill), --ui
 # ════════════════════════════════════════════════════════════════════════════
 
 def lint_report(memory: Memory) -> str:
@@ -4983,8 +5217,29 @@ def lint_report(memory: Memory) -> str:
     lines.append(f"fading facts (retention < {FADING_RETENTION}): {len(fading)}")
     lines += [f"  {r:.2f} {name}: {short(o, 70)}" for r, name, o in fading[:20]]
     lines += memory.anchors.lint(graph)
+    markers = sum(1 for _, raw in graph.unreadable if CONFLICT_MARKER.match(raw))
+    if markers:
+        lines.append(f"git conflict markers: {markers} (merged without the driver): --lint --fix heals the file "
+                     "keeping both sides; graphmem --init registers the driver")
+    secrets_found = secret_findings(graph)
+    lines.append(f"secret-shaped text: {len(secrets_found)}" + (" (exit code 1: remove it before committing)"
+                                                                if secrets_found else ""))
+    lines += [f"  {where}" for where in secrets_found[:20]]
     lines.append("Read-only: the graph was not changed. --compact archives overflow and faded facts (guarded).")
     return "\n".join(lines)
+
+
+def secret_findings(graph: Graph) -> list[str]:
+    """Where the graph holds something secret-shaped (names, types, facts, relation types); never the value."""
+    found = []
+    for e in graph.entities:
+        for label, text in [("name", e.name), ("type", e.entityType)] + [("fact", o) for o in e.observations]:
+            kind = looks_like_secret(text)
+            if kind:
+                found.append(f"{short(e.name, 40) if label != 'name' else 'an entity'}: {label} looks like a {kind}")
+    found += [f"relation {short(r.frm, 30)} -> {short(r.to, 30)}: type looks like a {looks_like_secret(r.relationType)}"
+              for r in graph.relations if looks_like_secret(r.relationType)]
+    return found
 
 
 class PlanOutdated(Exception):
@@ -5212,6 +5467,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", action="store_true", help="print AGENT-PROTOCOL.md (for AGENTS.md / CLAUDE.md)")
     p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
     p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
+    p.add_argument("--fix", action="store_true", help="with --lint: heal git conflict markers, keeping both sides")
+    p.add_argument("--init", action="store_true",
+                   help="share this repository's memory with the team: .graphmem/, .gitattributes, the merge driver")
+    p.add_argument("--merge", nargs="+", metavar="FILE",
+                   help="git merge driver: --merge BASE OURS THEIRS [PATH] (registered by --init)")
     return p
 
 
@@ -5229,6 +5489,15 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(client_config(args.config, command))
             print(f"# paste into {CLIENT_WHERE[args.config].format(cmd=' '.join(command))}", file=sys.stderr)
             return 0
+        if args.merge:
+            return merge_command(args.merge)
+        if args.init:
+            root = Path(os.environ.get("MEMORY_PROJECT_ROOT", "").strip() or Path.cwd()).expanduser()
+            for line in init_team(root, [sys.executable, str(Path(__file__).resolve())]):
+                print(line)
+            print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
+                  "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
+            return 0
         settings = Settings.from_env()
         if args.ui is not None:
             return serve_ui(settings, args.ui, not args.no_open, args.demo)
@@ -5240,9 +5509,14 @@ def main(argv: list[str] | None = None) -> int:
                 added = memory.meta.add_probe(args.probe, args.expect, args.fact or "", "manual")
                 print("probe added" if added else "probe already recorded")
                 return 0
+            if args.lint and args.fix:
+                before = memory.store.read()
+                markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
+                memory._call(lambda: memory._mutate("heal conflict markers", lambda tx: "healed"))
+                print(f"healed {markers} conflict marker line(s); both sides' facts kept" if markers else "nothing to fix")
             if args.lint:
                 print(lint_report(memory))
-                return 0
+                return 1 if secret_findings(memory.graph()) else 0
             if args.report:
                 print(report(memory))
                 return 0

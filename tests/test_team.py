@@ -1,0 +1,233 @@
+"""Team memory in git: `--init`, the `--merge` driver under real `git merge`, healing conflict markers,
+the server finding a project's `.graphmem/`, and `--lint` as a pre-commit check. Real git, real processes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SERVER, StdioServer, write_graph
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+            "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def run(cwd: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env={**env_for(cwd.parent), **env})
+    if check and done.returncode != 0:
+        raise AssertionError(f"{args} failed ({done.returncode}): {done.stdout}\n{done.stderr}")
+    return done
+
+
+def graphmem(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run(cwd, sys.executable, str(SERVER), *args, check=check)
+
+
+def entities(path: Path) -> dict[str, dict]:
+    items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {i["name"]: i for i in items if i["type"] == "entity"}
+
+
+def relations(path: Path) -> set[tuple[str, str, str]]:
+    items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {(i["from"], i["to"], i["relationType"]) for i in items if i["type"] == "relation"}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "shop"
+    root.mkdir()
+    run(root, "git", "init", "-q", "-b", "main")
+    (root / "README.md").write_text("shop\n")
+    done = graphmem(root, "--init")
+    assert "created .graphmem/" in done.stdout and "merge driver" in done.stdout, done.stdout
+    write_graph(root / ".graphmem" / "memory.jsonl", [
+        ("api", "service", ["written in Go", "listens on 8080", "2026-01-05: moved to Postgres 16"]),
+        ("billing", "service", ["owned by the payments team"]),
+    ], [("api", "billing", "calls")])
+    run(root, "git", "add", "-A")
+    run(root, "git", "commit", "-qm", "team memory")
+    return root
+
+
+def branch(repo: Path, name: str, edit) -> None:
+    run(repo, "git", "checkout", "-q", "-b", name, "main")
+    path = repo / ".graphmem" / "memory.jsonl"
+    graph = entities(path)
+    rels = relations(path)
+    edit(graph, rels)
+    write_graph(path, [(n, e["entityType"], e["observations"]) for n, e in graph.items()], sorted(rels))
+    run(repo, "git", "commit", "-qam", name)
+    run(repo, "git", "checkout", "-q", "main")
+
+
+def left(graph, rels):
+    graph["api"]["observations"].append("2026-02-01: p99 latency budget is 200 ms")
+    graph["api"]["observations"].remove("listens on 8080")  # a deletion on one side
+
+
+def right(graph, rels):
+    graph["api"]["observations"].append("retries stay at 3")
+    graph["search"] = {"entityType": "service", "observations": ["runs on OpenSearch 2"]}
+    rels.add(("api", "search", "calls"))
+
+
+def test_init_is_idempotent_and_sets_up_git(repo):
+    assert (repo / ".graphmem" / ".gitignore").read_text().count("*.db") >= 1
+    attributes = (repo / ".gitattributes").read_text()
+    assert ".graphmem/memory.jsonl merge=graphmem" in attributes and ".graphmem/archive/*.md merge=union" in attributes
+    assert "--merge %O %A %B %P" in run(repo, "git", "config", "merge.graphmem.driver").stdout
+    again = graphmem(repo, "--init")
+    assert "nothing to do" in again.stdout
+    assert (repo / ".gitattributes").read_text() == attributes
+
+
+def test_init_outside_a_repository_is_a_clear_error(tmp_path):
+    lonely = tmp_path / "lonely"
+    lonely.mkdir()
+    done = graphmem(lonely, "--init", check=False)
+    assert done.returncode == 2 and "not inside a git work tree" in done.stderr
+
+
+@pytest.mark.parametrize("first,second", [("left", "right"), ("right", "left")])
+def test_two_branches_merge_without_conflict_in_either_order(repo, first, second):
+    branch(repo, "left", left)
+    branch(repo, "right", right)
+    run(repo, "git", "merge", "-q", "--no-edit", first)
+    merged = run(repo, "git", "merge", "--no-edit", second, check=False)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    path = repo / ".graphmem" / "memory.jsonl"
+    text = path.read_text(encoding="utf-8")
+    assert "<<<<<<<" not in text and ">>>>>>>" not in text
+    graph = entities(path)
+    api = graph["api"]["observations"]
+    assert "2026-02-01: p99 latency budget is 200 ms" in api and "retries stay at 3" in api
+    assert "listens on 8080" not in api and "written in Go" in api
+    assert graph["search"]["observations"] == ["runs on OpenSearch 2"]
+    assert relations(path) == {("api", "billing", "calls"), ("api", "search", "calls")}
+    for line in text.splitlines():  # strictly valid: every line a reference-format JSON object
+        assert json.loads(line)["type"] in ("entity", "relation")
+    assert run(repo, "git", "status", "--porcelain").stdout == ""
+
+
+def test_a_rename_on_one_side_carries_the_other_sides_facts(repo):
+    def rename(graph, rels):
+        graph["payments"] = graph.pop("billing")
+        rels.discard(("api", "billing", "calls"))
+        rels.add(("api", "payments", "calls"))
+
+    def add_fact(graph, rels):
+        graph["billing"]["observations"].append("invoices go out on the 1st")
+    branch(repo, "rename", rename)
+    branch(repo, "fact", add_fact)
+    run(repo, "git", "merge", "-q", "--no-edit", "rename")
+    run(repo, "git", "merge", "-q", "--no-edit", "fact")
+    graph = entities(repo / ".graphmem" / "memory.jsonl")
+    assert "billing" not in graph
+    assert graph["payments"]["observations"] == ["owned by the payments team", "invoices go out on the 1st"]
+    assert ("api", "payments", "calls") in relations(repo / ".graphmem" / "memory.jsonl")
+
+
+def test_a_type_changed_on_both_sides_keeps_ours_and_says_so(tmp_path):
+    base, ours, theirs = (tmp_path / n for n in ("base", "ours", "theirs"))
+    write_graph(base, [("api", "service", ["a"])])
+    write_graph(ours, [("api", "backend", ["a"])])
+    write_graph(theirs, [("api", "microservice", ["a", "b"])])
+    done = graphmem(tmp_path, "--merge", str(base), str(ours), str(theirs))
+    assert entities(ours)["api"] == {"type": "entity", "name": "api", "entityType": "backend", "observations": ["a", "b"]}
+    assert "microservice" in done.stderr
+
+
+def test_an_entity_deleted_on_one_side_and_changed_on_the_other_is_kept(tmp_path):
+    base, ours, theirs = (tmp_path / n for n in ("base", "ours", "theirs"))
+    write_graph(base, [("api", "service", ["a"]), ("old", "service", ["x"])])
+    write_graph(ours, [("api", "service", ["a"])])
+    write_graph(theirs, [("api", "service", ["a"]), ("old", "service", ["x", "still used by cron"])])
+    graphmem(tmp_path, "--merge", str(base), str(ours), str(theirs))
+    assert entities(ours)["old"]["observations"] == ["x", "still used by cron"]
+
+
+def test_a_file_merged_without_the_driver_is_healed_keeping_both_sides(repo):
+    path = repo / ".graphmem" / "memory.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    ours = json.dumps({"type": "entity", "name": "api", "entityType": "service",
+                       "observations": ["written in Go", "from ours"]})
+    theirs = json.dumps({"type": "entity", "name": "api", "entityType": "service",
+                         "observations": ["written in Go", "from theirs"]})
+    path.write_text("\n".join(["<<<<<<< HEAD", ours, "=======", theirs, ">>>>>>> other"] + lines[1:]), encoding="utf-8")
+    lint = graphmem(repo, "--lint")
+    assert "git conflict markers: 3" in lint.stdout
+    fixed = graphmem(repo, "--lint", "--fix")
+    assert "healed 3 conflict marker line(s)" in fixed.stdout, fixed.stdout
+    text = path.read_text(encoding="utf-8")
+    assert "<<<<<<<" not in text
+    assert entities(path)["api"]["observations"] == ["written in Go", "from ours", "from theirs"]
+    assert not path.with_name("memory.jsonl.unreadable").exists()
+
+
+def test_conflict_markers_are_healed_by_the_next_write_too(repo):
+    path = repo / ".graphmem" / "memory.jsonl"
+    a = json.dumps({"type": "entity", "name": "api", "entityType": "service", "observations": ["one"]})
+    b = json.dumps({"type": "entity", "name": "api", "entityType": "service", "observations": ["two"]})
+    path.write_text("\n".join(["<<<<<<< HEAD", a, "=======", b, ">>>>>>> x"]), encoding="utf-8")
+    server = StdioServer(path)
+    try:
+        server.initialize()
+        text, is_error = server.call("add_observations", {"observations": [{"entityName": "api", "contents": ["three"]}]})
+        assert not is_error, text
+    finally:
+        server.close()
+    assert entities(path)["api"]["observations"] == ["one", "three", "two"]
+    assert "<<<<<<<" not in path.read_text(encoding="utf-8")
+
+
+def test_the_server_in_a_project_with_graphmem_uses_the_team_file_and_a_clone_recalls_it(repo, tmp_path):
+    clone = tmp_path / "elsewhere" / "shop-clone"
+    clone.parent.mkdir()
+    run(tmp_path, "git", "clone", "-q", str(repo), str(clone))
+    env = {"MEMORY_PROJECT_ROOT": str(clone / "src")}
+    (clone / "src").mkdir()
+    proc_env = {**env_for(tmp_path), **env}
+    requests = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {
+            "query": "which database does the api use"}}}]
+    done = subprocess.run([sys.executable, str(SERVER)], input="".join(json.dumps(r) + "\n" for r in requests),
+                          capture_output=True, text=True, cwd=clone / "src", env=proc_env, timeout=60)
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert "Postgres 16" in replies[2]["result"]["content"][0]["text"], done.stdout + done.stderr
+    assert str(clone / ".graphmem" / "memory.jsonl") in done.stderr
+    assert not (tmp_path / ".local").exists()  # the personal default file was not touched
+
+
+def test_lint_fails_a_pre_commit_check_when_the_team_file_holds_a_secret(repo):
+    path = repo / ".graphmem" / "memory.jsonl"
+    assert graphmem(repo, "--lint").returncode == 0
+    graph = entities(path)
+    graph["api"]["observations"].append("ci token: ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8")
+    write_graph(path, [(n, e["entityType"], e["observations"]) for n, e in graph.items()])
+    done = graphmem(repo, "--lint", check=False)
+    assert done.returncode == 1 and "secret-shaped text: 1" in done.stdout
+    assert "ghp_" not in done.stdout
+
+
+def test_local_files_stay_out_of_git(repo):
+    server = StdioServer(repo / ".graphmem" / "memory.jsonl")
+    try:
+        server.initialize()
+        server.call("add_observations", {"observations": [{"entityName": "api", "contents": ["new fact"]}]})
+    finally:
+        server.close()
+    status = run(repo, "git", "status", "--porcelain").stdout
+    assert status.strip() == "M .graphmem/memory.jsonl", status

@@ -1035,6 +1035,10 @@ SCHEMA = [
                sum(max(reference_tokens - tokens, 0)) FROM ledger GROUP BY 1, 2, 3;
     DROP TABLE ledger;
     """,
+    # version 4: session briefings (--context), so a briefing says what changed since the last one
+    """
+    CREATE TABLE IF NOT EXISTS briefings(ts REAL NOT NULL);
+    """,
 ]
 
 # ── bounded growth: what memory.db keeps (MetaStore.prune). The ledger needs no cap: one row per UTC day,
@@ -1348,6 +1352,22 @@ class MetaStore:
             self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
                               (time.time(), db_text(client) if client else None, db_text(summary), json.dumps(changes)))
         self._wrote()
+
+    @best_effort(list)
+    def changes_since(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        """(time, changes) of every change not undone after `since`, newest first."""
+        return [(ts, json.loads(changes)) for ts, changes in self.conn.execute(
+            "SELECT ts, changes FROM history WHERE ts > ? AND undone = 0 ORDER BY id DESC", (since,))]
+
+    @best_effort(None)
+    def last_briefing(self, record: bool = True) -> float | None:
+        """When the last --context briefing ran (None: never); records this one."""
+        row = self.conn.execute("SELECT max(ts) FROM briefings").fetchone()
+        if record:
+            with self.write():
+                self.conn.execute("DELETE FROM briefings")
+                self.conn.execute("INSERT INTO briefings(ts) VALUES (?)", (time.time(),))
+        return row[0] if row else None
 
     @best_effort(list)
     def history(self, limit: int) -> list[tuple[int, float, str | None, str, int]]:
@@ -5180,6 +5200,287 @@ def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: s
 
 
 # ════════════════════════════════════════════════════════════════════════════
+# 13b. Sessions: the start-of-session briefing (--context), Markdown out and in (--export, --import)
+# ════════════════════════════════════════════════════════════════════════════
+
+CONTEXT_BUDGET = 1500       # tokens: about what a CLAUDE.md section costs; --budget changes it
+CONTEXT_FIRST_DAYS = 7      # with no earlier briefing, "what changed" looks back this far
+RULE_TYPES = {"rule", "convention", "decision", "policy"}
+CONTEXT_REMINDER = ("Memory tools: recall before a task; add_observations for what you learn "
+                    "(dated when it can change); open_nodes by name.")
+CONTEXT_REMINDER_SHORT = "Use recall before a task."  # when even the reminder would not fit
+
+
+def briefing(memory: Memory, budget: int, query: str | None) -> str:
+    """The session-start briefing, never over `budget` tokens: pinned facts and rules, what changed since the
+    last briefing, the most used facts, a recall for `query`; then a one-line reminder of the tools."""
+    graph = memory.store.read()
+    memory.meta.reconcile(graph, memory.store.generation, memory.client)
+    previous = memory.meta.last_briefing(record=False)
+    since = previous or time.time() - CONTEXT_FIRST_DAYS * 86400
+    changed = changes_since(memory, since)
+    if previous is not None:  # after the first briefing: facts other tools or people wrote count too
+        changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})" for ts, name, text in first_seen(memory, since)
+                    if not any(line.startswith(f"+ {name}: {text} (") for line in changed)]
+    sections = [("Pinned facts and rules", pinned_and_rules(memory, graph)),
+                (f"Changed since {utc_stamp(since)}", changed),
+                ("Most used", most_used(memory))]
+    if query:
+        sections.insert(0, (f"Recall for {_q(query, 60)}", recall_lines(memory, query, budget // 2)))
+    head = f"graphmem memory for this project: {len(graph.entities)} entities, {graph.fact_count()} facts."
+    memory.meta.last_briefing(record=True)
+    return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
+
+
+def first_seen(memory: Memory, since: float) -> list[tuple[float, str, str]]:
+    """Facts first seen after `since`, newest first (written by another tool or by hand: their first sighting)."""
+    return sorted(((s.created, entity, text) for (entity, text), s in memory.meta.states.items() if s.created > since),
+                  reverse=True)
+
+
+def fit_to_budget(head: str, sections: list[tuple[str, list[str]]], tail: str, budget: int) -> str:
+    """Head, then each section's lines in order while they fit, then what was left out and the tail.
+    The whole text is never over `budget` tokens (estimate_tokens)."""
+    def size(lines: list[str]) -> int:
+        return estimate_tokens("\n".join(lines))
+    reserve = estimate_tokens(tail) + 12  # the tail and a "(N more left out ...)" line
+    out, left_out = ([head] if size([head]) + reserve <= budget else []), 0
+    for title, lines in sections:
+        shown = 0
+        for line in lines:
+            candidate = out + ([f"## {title}"] if not shown else []) + [line]
+            if size(candidate) + reserve <= budget:
+                out, shown = candidate, shown + 1
+        left_out += len(lines) - shown
+    ending = [f"({left_out} more left out: recall finds them)"] if left_out else []
+    for extra in ending + [tail if size(out + [tail]) <= budget else CONTEXT_REMINDER_SHORT]:
+        if size(out + [extra]) <= budget:
+            out.append(extra)
+    return "\n".join(out)
+
+
+def pinned_and_rules(memory: Memory, graph: Graph) -> list[str]:
+    """Facts of rule, convention and decision entities, then pinned facts, in graph order."""
+    pinned = {key for key, state in memory.meta.states.items() if state.pinned}
+    lines = []
+    for e in graph.entities:
+        rule = e.entityType.lower() in RULE_TYPES or e.name.upper().startswith("RULE ")
+        if rule or pinned:
+            key = db_text(e.name)
+            lines += [f"- {e.name}: {o}" for o in e.observations if rule or (key, db_text(o)) in pinned]
+    return lines
+
+
+def changes_since(memory: Memory, since: float) -> list[str]:
+    """Facts written, archived or removed since `since`, newest first, from the history in memory.db."""
+    lines = []
+    for ts, changes in memory.meta.changes_since(since):
+        day = utc_stamp(ts)[:10]
+        for item in changes.get("entities", []):
+            before = set((item.get("before") or {}).get("observations", []))
+            after = (item.get("after") or {}).get("observations", [])
+            lines += [f"+ {item['name']}: {o} ({day})" for o in after if o not in before]
+            if item.get("after") is None:
+                lines.append(f"- {item['name']} deleted ({day})")
+        for name, facts, why in changes.get("archived", []):
+            lines += [f"~ {name}: archived {short(f, 80)!r} ({short(why, 60)}, {day})" for f in facts]
+    return lines
+
+
+def most_used(memory: Memory, limit: int = 30) -> list[str]:
+    """The facts agents were shown most often (memory.db's use counts)."""
+    used = heapq.nlargest(limit, ((s.uses, key) for key, s in memory.meta.states.items() if s.uses > 0))
+    return [f"- {entity}: {text}" for _, (entity, text) in used]
+
+
+def recall_lines(memory: Memory, query: str, budget: int) -> list[str]:
+    text, is_error = memory.call_tool("recall", {"query": query, "budget": max(50, budget)})
+    return [] if is_error else text.splitlines()
+
+
+def utc_stamp(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# ── Markdown out: one file per entity, readable in Obsidian ──
+_UNSAFE_FILE = re.compile(r'[\\/:*?"<>|#^\[\]\x00-\x1f]')
+
+
+def markdown_stem(name: str, taken: set[str]) -> str:
+    """A file name for an entity: its name made safe for every file system and for [[wikilinks]]; unique."""
+    stem = _UNSAFE_FILE.sub("-", name).strip(" .") or "entity"
+    stem = stem[:120]
+    if stem.lower() in taken or stem.split(".")[0].lower() in WINDOWS_RESERVED:
+        stem = f"{stem}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    taken.add(stem.lower())
+    return stem
+
+
+def markdown_item(text: str) -> str:
+    """A fact as a list item that reads back exactly: plain when Markdown keeps it, else a JSON string."""
+    plain = text == text.strip() and "\r" not in text and not text.startswith('"') and text and "\n" not in text
+    return f"- {text}" if plain else "- " + json.dumps(text, ensure_ascii=False)
+
+
+def read_markdown_item(line: str) -> str:
+    body = line[2:]
+    if body.startswith('"'):
+        with contextlib.suppress(ValueError):
+            value = json.loads(body)
+            if isinstance(value, str):
+                return value
+    return body
+
+
+def export_markdown(memory: Memory, folder: Path) -> int:
+    """--export markdown DIR: one .md file per entity (front matter, facts, [[wikilink]] relations, archive)."""
+    graph = memory.store.read()
+    folder.mkdir(parents=True, exist_ok=True)
+    taken: set[str] = set()
+    stems = {e.name: markdown_stem(e.name, taken) for e in graph.entities}
+    for position, e in enumerate(graph.entities):
+        lines = ["---", f"name: {json.dumps(e.name, ensure_ascii=False)}",
+                 f"type: {json.dumps(e.entityType, ensure_ascii=False)}", f"position: {position}", "---", f"# {short(e.name, 200)}", "",
+                 "## Facts", *[markdown_item(o) for o in e.observations]]
+        out = [(i, r) for i, r in enumerate(graph.relations) if r.frm == e.name]
+        if out:
+            lines += ["", "## Relations"]
+            for i, r in out:  # the comment keeps the graph's relation order for --import
+                target = stems.get(r.to) or markdown_stem(r.to, set())
+                link = f"[[{target}]]" if target == r.to else f"[[{target}|{r.to}]]"
+                lines.append(f"- {r.relationType} {link} <!-- #{i}{'' if r.to in stems else ', missing entity'} -->")
+        archived = memory.store.read_archive(e.name)
+        if archived:
+            lines += ["", "## Archived"]
+            for fact in archived:
+                lines.append(f"{markdown_item(fact.text)} <!-- {fact.why} · {fact.when} -->")
+        data = "\n".join(lines) + "\n"
+        (folder / f"{stems[e.name]}.md").write_text(data, encoding="utf-8", errors="surrogatepass")
+    return len(graph.entities)
+
+
+# ── Markdown and JSONL in ──
+_WIKILINK = re.compile(r"^- (.+?) \[\[([^\]|]+)(?:\|([^\]]+))?\]\](?: <!-- #(\d+))?")
+
+
+def parse_exported_entity(text: str) -> tuple[int, str, str, list[str], list[tuple[int, str, str, str]]] | None:
+    """(position, name, type, facts, [(relation order, type, target name, target file stem)]) of a file
+    --export wrote; None for any other file."""
+    lines = text.split("\n")
+    if not lines or lines[0] != "---" or "---" not in lines[1:]:
+        return None
+    end = lines.index("---", 1)
+    front = dict(line.split(": ", 1) for line in lines[1:end] if ": " in line)
+    try:
+        name, etype = json.loads(front["name"]), json.loads(front.get("type", '"unknown"'))
+        position = int(front.get("position", "0"))
+    except (KeyError, ValueError):
+        return None
+    facts, relations, section = [], [], None
+    for line in lines[end + 1:]:
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif line.startswith("- ") and section == "Facts":
+            facts.append(read_markdown_item(line))
+        elif line.startswith("- ") and section == "Relations":
+            m = _WIKILINK.match(line)
+            if m:
+                relations.append((int(m.group(4) or 1e9), m.group(1), m.group(3) or m.group(2), m.group(2)))
+    return position, name, etype, facts, relations
+
+
+def notes_as_facts(path: Path, text: str) -> tuple[str, list[str]]:
+    """A CLAUDE.md / AGENTS.md style file: its bullet points, as facts of an entity named by its first heading
+    (else the project folder's name)."""
+    heading = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("# ")), "")
+    name = heading or path.resolve().parent.name or path.stem
+    facts = [re.sub(r"^\s*(?:[-*+]|\d+\.)\s+(?:\[[ xX]\]\s+)?", "", line).strip()
+             for line in text.splitlines() if re.match(r"^\s*(?:[-*+]|\d+\.)\s+\S", line)]
+    return name, [f for f in facts if f]
+
+
+def import_source(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, str, str]], str]:
+    """What to import from `path`: (entities as (name, type, facts), relations, what it was)."""
+    if path.is_dir():
+        parsed = [(p.stem, parse_exported_entity(p.read_text(encoding="utf-8", errors="surrogateescape")))
+                  for p in sorted(path.glob("*.md"))]
+        parsed = sorted(((stem, item) for stem, item in parsed if item), key=lambda p: p[1][0])
+        by_stem = {stem: item[1] for stem, item in parsed}
+        entities = [(name, etype, facts) for _, (_, name, etype, facts, _) in parsed]
+        relations = [(name, by_stem.get(stem, alias), rtype) for _, name, rtype, alias, stem in sorted(
+            (order, name, rtype, alias, stem) for _, (_, name, _, _, rels) in parsed for order, rtype, alias, stem in rels)]
+        return entities, relations, f"{len(parsed)} exported entity file(s)"
+    data = path.read_bytes()
+    if path.suffix in (".json", ".jsonl"):
+        graph = parse_graph_bytes(data)
+        return ([(e.name, e.entityType, e.observations) for e in graph.entities],
+                [r.key for r in graph.relations], "a reference-format graph")
+    name, facts = notes_as_facts(path, data.decode("utf-8", errors="replace"))
+    return [(name, "project", list(dict.fromkeys(facts)))], [], f"the notes in {path.name}"
+
+
+def import_into(memory: Memory, path: Path) -> str:
+    """--import PATH: one transaction; new entities keep their facts as written (secrets and over-long facts
+    refused), existing ones get new facts through the usual checks. Says what was added, skipped, refused."""
+    entities, relations, what = import_source(path)
+    counts = {"entities": 0, "facts": 0, "relations": 0, "skipped": 0, "refused": 0}
+
+    def change(tx: Transaction) -> str:
+        details = []
+        for name, etype, facts in entities:
+            problem = name_problem("name", name) or name_problem("entityType", etype)
+            if problem:
+                counts["refused"] += len(facts) + 1
+                details.append(f"refused entity {_q(name)}: {problem}")
+                continue
+            entity = tx.graph.get(name)
+            before_added, before_refused = tx.added, tx.refused
+            if entity is None:
+                tx.touch(name)
+                entity = Entity(name, etype, [])
+                tx.graph.entities.append(entity)
+                tx.graph.invalidate()
+                counts["entities"] += 1
+                details += import_new_facts(tx, entity, facts, memory.settings)
+            else:
+                detail = memory._add_facts(tx, entity, facts)
+                if ";" in detail:
+                    details.append(detail)
+            counts["facts"] += tx.added - before_added
+            counts["refused"] += tx.refused - before_refused
+            counts["skipped"] += len(facts) - (tx.added - before_added) - (tx.refused - before_refused)
+        existing = {r.key for r in tx.graph.relations}
+        for key in relations:
+            if key in existing or tx.graph.get(key[0]) is None or tx.graph.get(key[1]) is None:
+                counts["skipped"] += 1
+                continue
+            tx.touch_relations()
+            tx.graph.relations.append(Relation(*key))
+            existing.add(key)
+            counts["relations"] += 1
+        head = (f"Imported {what}: {counts['entities']} new entities, {counts['facts']} facts, "
+                f"{counts['relations']} relations; {counts['skipped']} already there or duplicates, "
+                f"{counts['refused']} refused.")
+        return "\n".join([head] + details[:50])
+    return memory._call(lambda: memory._mutate(f"import {path.name}", change))
+
+
+def import_new_facts(tx: Transaction, entity: Entity, facts: list[str], settings: Settings) -> list[str]:
+    """Facts of an entity the import creates, in their order: refused when unsafe; no duplicate, supersede or
+    cap checks here (the source was curated, or is a list of notes), so an exported graph reads back exactly."""
+    notes = []
+    for text in facts:
+        reason = check_new_fact(text, settings)
+        if reason:
+            tx.refused += 1
+            notes.append(f"refused {'a fact' if 'credential' in reason else _q(text, 60)} of {_q(entity.name)}: {reason}")
+        else:  # as written, repeats too: an exported graph reads back exactly
+            entity.observations.append(text)
+            tx.added += 1
+    return notes
+
+
+# ════════════════════════════════════════════════════════════════════════════
 # 14. CLI: maintenance (--lint, --compact, --report), setup (--config, --protocol, --skill), --ui
 # ════════════════════════════════════════════════════════════════════════════
 
@@ -5450,6 +5751,29 @@ def seed_demo_metadata(settings: Settings) -> None:
         memory.meta.save_states([(entity, text)])
 
 
+def print_briefing(settings: Settings, budget: int, query: str | None) -> int:
+    """--context: the briefing on stdout; nothing at all (exit 0) when there is no memory yet."""
+    if budget < 1:
+        raise ConfigError(f"--budget {budget}: give a number of tokens, at least 1 (default {CONTEXT_BUDGET})")
+    if not settings.file_path.exists() or settings.file_path.stat().st_size == 0:
+        return 0
+    print(briefing(Memory(settings, "context"), budget, query))
+    return 0
+
+
+def markdown_command(settings: Settings, export: list[str] | None, source: Path | None) -> int:
+    memory = Memory(settings, "cli")
+    if export:
+        if export[0] != "markdown":
+            raise ConfigError(f"--export {export[0]}: the one format is markdown (--export markdown DIR)")
+        print(f"exported {export_markdown(memory, Path(export[1]))} entities to {export[1]}")
+        return 0
+    if not source.exists():
+        raise ConfigError(f"--import {source}: no such file or folder")
+    print(import_into(memory, source))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="graphmem", description="Lean, self-curating MCP memory server (stdio). "
                                 "With no options it serves MCP on stdin/stdout.")
@@ -5467,6 +5791,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", action="store_true", help="print AGENT-PROTOCOL.md (for AGENTS.md / CLAUDE.md)")
     p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
     p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
+    p.add_argument("--context", action="store_true",
+                   help="print a session-start briefing (pinned facts and rules, what changed, most used)")
+    p.add_argument("--budget", type=int, default=CONTEXT_BUDGET, metavar="N",
+                   help=f"with --context: at most N tokens (default {CONTEXT_BUDGET})")
+    p.add_argument("--query", metavar="TEXT", help="with --context: add a recall for this task")
+    p.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),
+                   help="--export markdown DIR: one Markdown file per entity (Obsidian-friendly)")
+    p.add_argument("--import", dest="import_path", type=Path, metavar="PATH",
+                   help="merge in an --export folder, a memory.json[l], or a CLAUDE.md/AGENTS.md's bullet points")
     p.add_argument("--fix", action="store_true", help="with --lint: heal git conflict markers, keeping both sides")
     p.add_argument("--init", action="store_true",
                    help="share this repository's memory with the team: .graphmem/, .gitattributes, the merge driver")
@@ -5499,6 +5832,10 @@ def main(argv: list[str] | None = None) -> int:
                   "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
             return 0
         settings = Settings.from_env()
+        if args.context:
+            return print_briefing(settings, args.budget, args.query)
+        if args.export or args.import_path:
+            return markdown_command(settings, args.export, args.import_path)
         if args.ui is not None:
             return serve_ui(settings, args.ui, not args.no_open, args.demo)
         if args.lint or args.compact or args.report or args.probe:

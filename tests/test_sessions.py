@@ -1,0 +1,145 @@
+"""Sessions: the `--context` briefing, `--export markdown` and `--import`, through the real command line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SERVER, StdioServer, write_graph
+
+import memory_server as ms
+
+
+def cli(path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(path.parent), "MEMORY_FILE_PATH": str(path)}
+    return subprocess.run([sys.executable, str(SERVER), *args], capture_output=True, text=True, env=env,
+                          cwd=path.parent, timeout=60)
+
+
+@pytest.fixture
+def used_graph(tmp_path: Path) -> Path:
+    """A graph with a rule, a pinned fact, many ordinary facts and a write made through the server."""
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, [("RULE migrations", "rule", ["migrations must stay backward compatible for one release"]),
+                       ("api", "service", ["written in Go", "listens on 8080"])]
+                + [(f"svc{i}", "service", [f"service {i} handles queue {j}" for j in range(10)]) for i in range(40)])
+    server = StdioServer(path)
+    try:
+        server.initialize()
+        server.call("mark_fact", {"entityName": "api", "observation": "written in Go", "action": "pin"})
+        server.call("add_observations", {"observations": [{"entityName": "api", "contents": ["2026-11-30: p99 is 120 ms"]}]})
+        for query in ("service handles queue", "queue 3", "which service handles queue 7"):
+            server.call("recall", {"query": query})
+    finally:
+        server.close()
+    return path
+
+
+@pytest.mark.parametrize("budget", [10, 200, 2000])
+def test_the_briefing_stays_within_its_budget(used_graph, budget):
+    done = cli(used_graph, "--context", "--budget", str(budget))
+    assert done.returncode == 0, done.stderr
+    assert ms.estimate_tokens(done.stdout.rstrip("\n")) <= budget
+    if budget >= 200:
+        assert "RULE migrations: migrations must stay backward compatible" in done.stdout
+        assert "api: written in Go" in done.stdout  # pinned
+        assert "+ api: 2026-11-30: p99 is 120 ms" in done.stdout  # changed since the last session
+        assert done.stdout.rstrip().endswith("open_nodes by name.")
+    if budget == 200:
+        assert "more left out" in done.stdout
+
+
+def test_a_second_briefing_shows_only_what_changed_since_the_first(used_graph):
+    cli(used_graph, "--context")
+    graph = [json.loads(line) for line in used_graph.read_text().splitlines()]
+    graph[1]["observations"].append("edited by hand in another tool")
+    used_graph.write_text("\n".join(json.dumps(g) for g in graph))
+    done = cli(used_graph, "--context")
+    assert "api: edited by hand in another tool (first seen" in done.stdout
+    assert "p99 is 120 ms" not in done.stdout.split("## Changed since")[1].split("##")[0]
+
+
+def test_the_briefing_with_a_query_recalls_for_the_task(used_graph):
+    done = cli(used_graph, "--context", "--query", "which port does the api listen on", "--budget", "400")
+    assert "listens on 8080" in done.stdout and ms.estimate_tokens(done.stdout.rstrip("\n")) <= 400
+
+
+def test_no_memory_yet_is_quiet(tmp_path):
+    done = cli(tmp_path / "memory.jsonl", "--context")
+    assert done.returncode == 0 and done.stdout == "" and not (tmp_path / "memory.jsonl").exists()
+
+
+def test_a_bad_budget_is_a_clear_error(used_graph):
+    done = cli(used_graph, "--context", "--budget", "0")
+    assert done.returncode == 2 and "--budget 0" in done.stderr
+
+
+ODD = [("api/v2: gateway", "service", ["plain fact", "line one\nline two", '"quoted" start', " padded ", "ünïcödé ✓",
+                                         "plain fact"]),
+       ("Alice", "person", ["works on [[not a link]]"]),
+       ("CON", "weird", [])]
+
+
+def test_export_then_import_gives_the_same_graph_byte_for_byte(tmp_path):
+    source = tmp_path / "a" / "memory.jsonl"
+    source.parent.mkdir()
+    write_graph(source, ODD, [("Alice", "api/v2: gateway", "works on"), ("Alice", "ghost", "knows"),
+                              ("api/v2: gateway", "CON", "depends_on")])
+    out = tmp_path / "vault"
+    assert cli(source, "--export", "markdown", str(out)).returncode == 0
+    note = (out / "api-v2- gateway.md").read_text(encoding="utf-8")
+    assert note.startswith("---\nname: \"api/v2: gateway\"\ntype: \"service\"") and "- plain fact" in note
+    assert "[[Alice]]" in (out / "Alice.md").read_text() or "works on [[api-v2- gateway|api/v2: gateway]]" in (out / "Alice.md").read_text()
+    target = tmp_path / "b" / "memory.jsonl"
+    target.parent.mkdir()
+    done = cli(target, "--import", str(out))
+    assert done.returncode == 0 and "3 new entities" in done.stdout, done.stdout + done.stderr
+    assert target.read_bytes() == source.read_bytes().replace(
+        b'{"type":"relation","from":"Alice","to":"ghost","relationType":"knows"}\n', b"")
+    again = cli(target, "--import", str(out))
+    assert "0 new entities, 0 facts, 0 relations" in again.stdout
+    assert target.read_bytes().count(b'"name":"Alice"') == 1
+
+
+def test_import_of_a_reference_graph_merges_without_duplicating(tmp_path):
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, [("api", "service", ["written in Go"])])
+    other = tmp_path / "memory.json"
+    write_graph(other, [("api", "service", ["written in Go", "listens on 8080"]), ("db", "database", ["Postgres 16"])],
+                [("api", "db", "uses")])
+    done = cli(path, "--import", str(other))
+    assert "1 new entities, 2 facts, 1 relations; 1 already there" in done.stdout, done.stdout
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["observations"] == ["written in Go", "listens on 8080"]
+
+
+def test_import_of_claude_md_refuses_the_secret_and_keeps_the_rest(tmp_path):
+    path = tmp_path / "memory.jsonl"
+    notes = tmp_path / "CLAUDE.md"
+    notes.write_text("# Shop API\n\nSome prose that is not a fact.\n\n- Use pnpm, never npm\n"
+                     "- CI token: ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8\n"
+                     "* migrations must stay backward compatible\n1. run `make test` before pushing\n", encoding="utf-8")
+    done = cli(path, "--import", str(notes))
+    assert done.returncode == 0 and "3 facts" in done.stdout and "1 refused" in done.stdout, done.stdout
+    assert "ghp_" not in done.stdout + path.read_text()
+    entity = json.loads(path.read_text().splitlines()[0])
+    assert entity["name"] == "Shop API" and entity["observations"] == [
+        "Use pnpm, never npm", "migrations must stay backward compatible", "run `make test` before pushing"]
+
+
+def test_import_is_one_transaction_with_one_history_entry(tmp_path):
+    path = tmp_path / "memory.jsonl"
+    other = tmp_path / "other.jsonl"
+    write_graph(other, [(f"e{i}", "t", [f"fact {i}"]) for i in range(30)])
+    cli(path, "--import", str(other))
+    mem = ms.Memory(ms.Settings.from_env({"MEMORY_FILE_PATH": str(path)}))
+    assert [row[3] for row in mem.meta.history(10)] == ["import other.jsonl"]
+
+
+def test_import_of_a_missing_path_is_a_clear_error(tmp_path):
+    done = cli(tmp_path / "memory.jsonl", "--import", str(tmp_path / "nope"))
+    assert done.returncode == 2 and "no such file or folder" in done.stderr

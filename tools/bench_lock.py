@@ -58,10 +58,10 @@ real_lock = ms.GraphStore.lock
 import contextlib
 @contextlib.contextmanager
 def timed_lock(self, *a, **k):
-    with real_lock(self, *a, **k):
+    with real_lock(self, *a, **k) as token:
         t = time.perf_counter()
         try:
-            yield
+            yield token
         finally:
             held.append(time.perf_counter() - t)
 ms.GraphStore.lock = timed_lock

@@ -4238,6 +4238,18 @@ def _error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
+def terminal_hint() -> str:
+    """For a person who started the server in a terminal, where it would seem to hang: what it waits for, what
+    to run instead. Goes to stderr (stdout is the protocol)."""
+    me = "graphmem" if not sys.argv[0].endswith(".py") else f"python3 {sys.argv[0]}"
+    return "\n".join([
+        "graphmem: this is an MCP server: it waits for an MCP client (your agent) to talk JSON-RPC on stdin, "
+        "so nothing more happens here.",
+        f"  set up your agent:  {me} --config CLIENT   (CLIENT: {', '.join(CLIENTS)})",
+        f"  open the web UI:    {me} --ui",
+        "  stop:               Ctrl-D (end of input) or Ctrl-C"])
+
+
 def serve_stdio(settings: Settings) -> int:
     """Read requests until end of input. Only protocol messages reach the real stdout."""
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
@@ -4246,6 +4258,8 @@ def serve_stdio(settings: Settings) -> int:
     sys.stdout = sys.stderr
     server = McpServer(settings, warm_up=True)
     log(f"{SERVER_NAME} {__version__} on stdio; graph {settings.file_path}")
+    if sys.stdin.isatty():
+        print(terminal_hint(), file=sys.stderr, flush=True)
     stdin = sys.stdin.buffer
     while True:
         raw = stdin.readline()
@@ -5676,25 +5690,144 @@ CLIENT_WHERE = {
 }
 
 
-def client_config(client: str, command: list[str]) -> str:
-    cmd, args = command[0], command[1:]
-    plain = {"command": cmd, "args": args}
+# Every MEMORY_* setting: (variable, Settings field, meaning). --help and --config read it; the defaults come
+# from Settings itself, and tests/test_cli.py checks that Settings.from_env reads exactly these variables.
+SETTINGS_TABLE = (
+    ("MEMORY_FILE_PATH", "file_path", "the graph file (relative paths: to the working directory)"),
+    ("MEMORY_OBS_MAX_CHARS", "obs_max_chars", "longest new fact"),
+    ("MEMORY_OBS_MAX", "obs_max", "facts per entity before the oldest dated ones are archived"),
+    ("MEMORY_SEARCH_LIMIT", "search_limit", "entities listed by search_nodes"),
+    ("MEMORY_BACKUPS_KEPT", "backups_kept", "backups kept of each kind (daily, before-compact)"),
+    ("MEMORY_RECALL_BUDGET", "recall_budget", "default token budget of recall"),
+    ("MEMORY_GUARDRAIL_MAX_DROP", "guardrail_max_drop", "largest probe hit-rate drop --compact accepts"),
+    ("MEMORY_PRICE_PER_MTOK", "price_per_mtok", "dollars per million input tokens, for --report"),
+    ("MEMORY_PRICE_MODEL", "price_model", "the model that price is for"),
+    ("MEMORY_PROJECT_ROOT", "project_root", "where code anchors resolve"),
+)
+PATH_FIELDS = {"file_path", "project_root"}
+
+
+def setting_default(field: str) -> str:
+    """The default Settings gives a field, in words where it is worked out at start-up."""
+    if field == "file_path":
+        return f"{default_memory_path(dict(os.environ))} (per-user data dir)"
+    default = {f.name: f.default for f in dataclasses.fields(Settings)}[field]
+    return "the working directory" if default is None else str(default)
+
+
+def settings_help() -> str:
+    """The settings part of --help: every MEMORY_* variable, what it sets, its default."""
+    lines = ["settings (environment variables; --config copies the ones set here into the client's config):"]
+    for name, field, meaning in SETTINGS_TABLE:
+        lines.append(f"  {name:<26} {meaning}; default {setting_default(field)}")
+    return "\n".join(lines)
+
+
+# Where `pipx run` (and uvx) keep their throwaway venvs: a pipx venv outside pipx's venvs/ folder, or a folder under
+# a cache. pipx: ~/.cache/pipx/<hash> (1.3+; ~/Library/Caches/pipx on macOS, ...\pipx\Cache on Windows),
+# ~/.local/pipx/.cache/<hash> (older, and Debian's 1.1), $PIPX_HOME/.cache/<hash>; deleted 14 days after last use.
+CACHE_FOLDER_NAMES = {".cache", "cache", "caches"}
+RUNNER_FOLDER_NAMES = {"pipx", "uv"}
+GRAPHMEM_SCRIPT = "graphmem.exe" if os.name == "nt" else "graphmem"
+
+
+def server_command() -> list[str]:
+    """What a client should start: the installed `graphmem` when it runs this very file, else this Python and
+    this file. Absolute paths, so GUI apps with a short PATH find them."""
+    this_file = Path(__file__).resolve()
+    installed = installed_command(this_file)
+    return [installed] if installed else [sys.executable, str(this_file)]
+
+
+def installed_command(this_file: Path) -> str | None:
+    """The absolute path of a `graphmem` script of this Python's environment (PATH's first, e.g. pipx's
+    ~/.local/bin link, else the environment's own), if this file is the module that environment imports."""
+    libraries, scripts = environment_dirs()
+    if this_file.parent not in libraries:
+        return None  # a checkout or a copy: a `graphmem` on PATH would run some other file
+    for found in (shutil.which("graphmem"), *(folder / GRAPHMEM_SCRIPT for folder in sorted(scripts))):
+        if found and Path(found).is_file() and Path(found).resolve().parent in scripts:
+            return os.path.abspath(found)
+    return None
+
+
+def environment_dirs() -> tuple[set[Path], set[Path]]:
+    """(module folders, script folders) of this Python: its own install scheme and the per-user one (pip --user)."""
+    import sysconfig
+    schemes = {sysconfig.get_default_scheme(), sysconfig.get_preferred_scheme("user")}
+    libraries = {Path(sysconfig.get_path(kind, scheme)).resolve() for scheme in schemes for kind in ("purelib", "platlib")}
+    return libraries, {Path(sysconfig.get_path("scripts", scheme)).resolve() for scheme in schemes}
+
+
+def temporary_environment(prefix: Path) -> bool:
+    """True inside a throwaway venv (pipx run's, uvx's): paths into it stop working when the cache is pruned."""
+    folders = {part.lower() for part in prefix.parts}
+    pipx_run = (prefix / "pipx_metadata.json").is_file() and prefix.parent.name != "venvs"
+    return pipx_run or bool(folders & CACHE_FOLDER_NAMES and folders & RUNNER_FOLDER_NAMES)
+
+
+def settings_in_env(env: dict[str, str]) -> dict[str, str]:
+    """The MEMORY_* settings set in env, for a client's env block; paths made absolute (a client's working
+    directory is not this one)."""
+    found = {}
+    for name, field, _ in SETTINGS_TABLE:
+        value = env.get(name, "").strip()
+        if value:
+            found[name] = os.path.abspath(os.path.expanduser(value)) if field in PATH_FIELDS else value
+    return found
+
+
+def print_config(client: str) -> int:
+    """--config CLIENT: the config on stdout; where to paste it, and what to watch for, on stderr."""
+    Settings.from_env()  # a bad value is refused here, not copied into the client's config
+    command, env = server_command(), settings_in_env(dict(os.environ))
+    sys.stdout.write(client_config(client, command, env))
+    print(f"# paste into {CLIENT_WHERE[client].format(cmd=' '.join(command))}", file=sys.stderr)
+    if env:
+        print(f"# with the settings set here: {', '.join(env)}", file=sys.stderr)
+    if temporary_environment(Path(sys.prefix)):
+        log(f"warning: this runs from a temporary cache ({sys.prefix}) that pipx run or uvx deletes after a "
+            f"while, and the config above would stop working then. Install for good, then ask again: "
+            f"`pipx install graphmem` (from a checkout: `pipx install .`), then `graphmem --config {client}`.")
+    return 0
+
+
+def client_config(client: str, command: list[str], env: dict[str, str] | None = None) -> str:
+    """The client's own config text that starts command, with env (MEMORY_* settings) in its env block."""
+    env = env or {}
     if client == "codex":
-        return f"[mcp_servers.graphmem]\ncommand = {json.dumps(cmd)}\nargs = {json.dumps(args)}\n"
+        return codex_config(command, env)
+    cmd, args = command[0], command[1:]
+    with_env = {"command": cmd, "args": args, **({"env": env} if env else {})}
     shapes = {
-        "claude-code": {"mcpServers": {"graphmem": {"type": "stdio", **plain, "env": {}}}},
-        "claude-desktop": {"mcpServers": {"graphmem": plain}},
-        "cursor": {"mcpServers": {"graphmem": plain}},
-        "vscode": {"servers": {"graphmem": {"type": "stdio", **plain}}},
-        "gemini": {"mcpServers": {"graphmem": plain}},
-        "windsurf": {"mcpServers": {"graphmem": plain}},
-        "cline": {"mcpServers": {"graphmem": {**plain, "disabled": False, "autoApprove": []}}},
-        "zed": {"context_servers": {"graphmem": {**plain, "env": {}}}},
+        "claude-code": {"mcpServers": {"graphmem": {"type": "stdio", "command": cmd, "args": args, "env": env}}},
+        "claude-desktop": {"mcpServers": {"graphmem": with_env}},
+        "cursor": {"mcpServers": {"graphmem": with_env}},
+        "vscode": {"servers": {"graphmem": {"type": "stdio", **with_env}}},
+        "gemini": {"mcpServers": {"graphmem": with_env}},
+        "windsurf": {"mcpServers": {"graphmem": with_env}},
+        "cline": {"mcpServers": {"graphmem": {**with_env, "disabled": False, "autoApprove": []}}},
+        "zed": {"context_servers": {"graphmem": {"command": cmd, "args": args, "env": env}}},
         "opencode": {"$schema": "https://opencode.ai/config.json",
-                     "mcp": {"graphmem": {"type": "local", "command": command, "enabled": True}}},
-        "copilot-cli": {"mcpServers": {"graphmem": {"type": "local", **plain, "tools": ["*"]}}},
+                     "mcp": {"graphmem": {"type": "local", "command": command, "enabled": True,
+                                          **({"environment": env} if env else {})}}},
+        "copilot-cli": {"mcpServers": {"graphmem": {"type": "local", **with_env, "tools": ["*"]}}},
     }
     return json.dumps(shapes[client], indent=2) + "\n"
+
+
+def codex_config(command: list[str], env: dict[str, str]) -> str:
+    """Codex CLI's TOML table; env becomes its [mcp_servers.graphmem.env] table."""
+    text = (f"[mcp_servers.graphmem]\ncommand = {toml_string(command[0])}\n"
+            f"args = [{', '.join(map(toml_string, command[1:]))}]\n")
+    if env:
+        text += "\n[mcp_servers.graphmem.env]\n" + "".join(f"{k} = {toml_string(v)}\n" for k, v in env.items())
+    return text
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, as long as non-ASCII stays literal (no surrogate pairs)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def protocol_text() -> str:
@@ -5776,7 +5909,9 @@ def markdown_command(settings: Settings, export: list[str] | None, source: Path 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="graphmem", description="Lean, self-curating MCP memory server (stdio). "
-                                "With no options it serves MCP on stdin/stdout.")
+                                "With no options it serves MCP on stdin/stdout for an agent: set one up with "
+                                "--config CLIENT.", epilog=settings_help(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"graphmem {__version__}")
     p.add_argument("--ui", nargs="?", const=8765, type=int, metavar="PORT", help="serve the web UI on 127.0.0.1 (default 8765; 0 = any free port)")
     p.add_argument("--no-open", action="store_true", help="with --ui: print the link, do not open a browser")
@@ -5818,15 +5953,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_skill(args.skill)}")
             return 0
         if args.config:
-            command = [sys.executable, str(Path(__file__).resolve())]
-            sys.stdout.write(client_config(args.config, command))
-            print(f"# paste into {CLIENT_WHERE[args.config].format(cmd=' '.join(command))}", file=sys.stderr)
-            return 0
+            return print_config(args.config)
         if args.merge:
             return merge_command(args.merge)
         if args.init:
             root = Path(os.environ.get("MEMORY_PROJECT_ROOT", "").strip() or Path.cwd()).expanduser()
-            for line in init_team(root, [sys.executable, str(Path(__file__).resolve())]):
+            for line in init_team(root, server_command()):
                 print(line)
             print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
                   "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
@@ -5867,6 +5999,8 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as err:
         print(f"graphmem: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C in a terminal: a quiet stop, not a traceback
+        return 130
 
 
 if __name__ == "__main__":

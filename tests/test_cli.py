@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 
 import pytest
@@ -60,25 +61,130 @@ def test_protocol_and_skill(tmp_path):
     assert skill.endswith(text)
 
 
+def config_entry(client: str, text: str) -> tuple[list[str], dict[str, str]]:
+    """(command, env block) of graphmem's entry in a --config output, read in the client's own format."""
+    if client == "codex":
+        entry = tomllib.loads(text)["mcp_servers"]["graphmem"]
+        return [entry["command"], *entry["args"]], entry.get("env", {})
+    key = {"vscode": "servers", "zed": "context_servers", "opencode": "mcp"}.get(client, "mcpServers")
+    entry = json.loads(text)[key]["graphmem"]
+    if client == "opencode":
+        return entry["command"], entry.get("environment", {})
+    return [entry["command"], *entry["args"]], entry.get("env", {})
+
+
 @pytest.mark.parametrize("client", ms.CLIENTS)
 def test_config_for_every_client_parses_in_its_own_format(client):
     done = run("--config", client)
     assert done.returncode == 0, done.stderr
-    out = done.stdout.decode()
-    if client == "codex":
-        entry = tomllib.loads(out)["mcp_servers"]["graphmem"]
-        command = [entry["command"], *entry["args"]]
-    else:
-        data = json.loads(out)
-        key = {"vscode": "servers", "zed": "context_servers", "opencode": "mcp"}.get(client, "mcpServers")
-        entry = data[key]["graphmem"]
-        command = entry["command"] if client == "opencode" else [entry["command"], *entry["args"]]
-    assert command == [sys.executable, str(SERVER)]
-    assert "paste into" in done.stderr.decode()
+    command, env = config_entry(client, done.stdout.decode())
+    assert command == [sys.executable, str(SERVER)] and env == {}
+    assert "paste into" in done.stderr.decode() and "temporary cache" not in done.stderr.decode()
     # the printed command really starts the server
     reply = subprocess.run(command, input=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n', capture_output=True,
                            timeout=20, env={"PATH": os.environ["PATH"], "MEMORY_FILE_PATH": "/nonexistent-dir/x.jsonl"})
     assert json.loads(reply.stdout)["result"] == {}
+
+
+@pytest.mark.parametrize("client", ms.CLIENTS)
+def test_config_copies_the_memory_settings_set_here_into_the_clients_env_block(client, tmp_path):
+    env = {"MEMORY_OBS_MAX": "20", "MEMORY_FILE_PATH": "rel/m.jsonl", "MEMORY_PRICE_MODEL": 'gpt "5" é',
+           "MEMORY_SEARCH_LIMIT": "  ", "MEMORY_NOT_A_SETTING": "x"}
+    done = run("--config", client, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    _, copied = config_entry(client, done.stdout.decode())
+    # set ones only, unknown names left out, a relative path made absolute (the client starts elsewhere)
+    assert copied == {"MEMORY_OBS_MAX": "20", "MEMORY_FILE_PATH": str(tmp_path / "rel" / "m.jsonl"),
+                      "MEMORY_PRICE_MODEL": 'gpt "5" é'}
+    assert "MEMORY_FILE_PATH, MEMORY_OBS_MAX, MEMORY_PRICE_MODEL" in done.stderr.decode()
+
+
+def test_config_refuses_a_bad_setting_instead_of_copying_it():
+    done = run("--config", "cursor", env={"MEMORY_OBS_MAX": "lots"})
+    assert done.returncode == 2 and b"MEMORY_OBS_MAX" in done.stderr and done.stdout == b""
+
+
+def test_config_names_the_installed_command_only_when_it_runs_this_file(tmp_path, monkeypatch):
+    lib, scripts, elsewhere, user_bin = (tmp_path / d for d in ("lib", "scripts", "elsewhere", "bin"))
+    for folder in (lib, scripts, elsewhere, user_bin):
+        folder.mkdir()
+    script = scripts / ms.GRAPHMEM_SCRIPT
+    script.write_text("#!/bin/sh\n")
+    (user_bin / ms.GRAPHMEM_SCRIPT).symlink_to(script)  # pipx's ~/.local/bin link into its venv
+    (elsewhere / ms.GRAPHMEM_SCRIPT).write_text("#!/bin/sh\n")  # another install's graphmem
+    monkeypatch.setattr(ms, "environment_dirs", lambda: ({lib}, {scripts}))
+    on_path = {}
+    monkeypatch.setattr(ms.shutil, "which", lambda name: on_path.get(name))
+    installed = lib / "memory_server.py"
+    on_path["graphmem"] = str(user_bin / ms.GRAPHMEM_SCRIPT)
+    assert ms.installed_command(installed) == str(user_bin / ms.GRAPHMEM_SCRIPT)  # the link, not its target
+    on_path["graphmem"] = str(elsewhere / ms.GRAPHMEM_SCRIPT)
+    assert ms.installed_command(installed) == str(script)  # PATH's is another server: this environment's own
+    assert ms.installed_command(tmp_path / "checkout" / "memory_server.py") is None  # a checkout: python + file
+    script.unlink()
+    assert ms.installed_command(installed) is None
+
+
+def pipx_like_venv(folder) -> str:
+    """A venv where pipx keeps one (with its metadata file); returns its Python."""
+    import venv
+    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(folder)
+    (folder / "pipx_metadata.json").write_text("{}")
+    return str(folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+
+
+def test_temporary_environments_are_told_apart_from_installs(tmp_path):
+    def venv_at(*parts, metadata=True):
+        folder = tmp_path.joinpath(*parts)
+        folder.mkdir(parents=True)
+        if metadata:
+            (folder / "pipx_metadata.json").write_text("{}")
+        return folder
+    assert ms.temporary_environment(venv_at(".cache", "pipx", "88776e8afc611ed"))  # pipx 1.3+ on Linux
+    assert ms.temporary_environment(venv_at("Library", "Caches", "pipx", "abc"))  # macOS
+    assert ms.temporary_environment(venv_at(".local", "pipx", ".cache", "abc"))  # pipx < 1.3, Debian's
+    assert ms.temporary_environment(venv_at("opt", "tools", ".cache", "abc"))  # PIPX_HOME=/opt/tools
+    assert ms.temporary_environment(venv_at(".cache", "uv", "archive-v0", "xyz", metadata=False))  # uvx
+    assert not ms.temporary_environment(venv_at(".local", "share", "pipx", "venvs", "graphmem"))  # pipx install
+    assert not ms.temporary_environment(venv_at("project", ".venv", metadata=False))
+
+
+def test_config_from_a_pipx_run_cache_warns_and_suggests_pipx_install(tmp_path):
+    python = pipx_like_venv(tmp_path / ".cache" / "pipx" / "0123abcd")
+    done = subprocess.run([python, str(SERVER), "--config", "claude-code"], capture_output=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    err = done.stderr.decode()
+    assert done.returncode == 0 and json.loads(done.stdout)["mcpServers"]["graphmem"]["command"] == python
+    assert "warning: this runs from a temporary cache" in err and "pipx install" in err
+    assert "graphmem --config claude-code" in err
+
+
+def test_help_lists_every_setting_with_the_default_settings_gives_it():
+    done = run("--help")
+    assert done.returncode == 0
+    lines = {line.split()[0]: line for line in done.stdout.decode().splitlines() if line.startswith("  MEMORY_")}
+    defaults = {f.name: f.default for f in ms.dataclasses.fields(ms.Settings)}
+    for name, field, meaning in ms.SETTINGS_TABLE:
+        assert meaning in lines[name]
+        if defaults[field] not in (None, ms.dataclasses.MISSING):
+            assert lines[name].endswith(f"; default {defaults[field]}")
+    assert lines["MEMORY_FILE_PATH"].endswith("/.local/share/graphmem/memory.jsonl (per-user data dir)") or os.name == "nt"
+    assert len(lines) == len(ms.SETTINGS_TABLE)
+
+
+def test_settings_table_is_exactly_what_settings_reads(tmp_path):
+    import inspect
+    import re
+    read = set(re.findall(r"MEMORY_[A-Z_]+", inspect.getsource(ms.Settings.from_env)))
+    assert read == {name for name, _, _ in ms.SETTINGS_TABLE}
+    base = ms.Settings.from_env({})
+    for name, field, _ in ms.SETTINGS_TABLE:  # each variable sets the field the table says
+        default = getattr(base, field)
+        value = {int: lambda: default + 1, float: lambda: default / 2, str: lambda: default + "-x"}.get(
+            type(default), lambda: tmp_path / "x.jsonl")()
+        assert getattr(ms.Settings.from_env({name: str(value)}), field) == value, name
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(f"`{name}`" in readme for name in read)
 
 
 def test_unknown_client_is_refused():
@@ -159,3 +265,61 @@ def test_demo_graph_comes_with_a_week_of_use(tmp_path):
     assert overview["receipts"]["tokensSaved"] > 0 and len(overview["receipts"]["series"]) == 8
     assert overview["fading"] and any(f["pinned"] for e in graph["entities"] for f in e["facts"])
     assert "per client:" in ms.report(memory) and "claude-code" in ms.report(memory)
+
+
+def test_in_a_terminal_the_server_says_what_it_waits_for_on_stderr_and_stops_on_ctrl_d(tmp_path):
+    proc, master = start_in_a_terminal(tmp_path)
+    try:
+        err = read_until(proc.stderr, b"stop:")
+        os.write(master, b"\x04")  # Ctrl-D on an empty line: end of input
+        assert proc.wait(timeout=20) == 0
+    finally:
+        os.close(master)
+        proc.kill()
+    text = (err + proc.stderr.read()).decode()
+    assert "waits for an MCP client" in text and "--config CLIENT" in text and "claude-code" in text
+    assert "--ui" in text and "Ctrl-D" in text and "Ctrl-C" in text
+    assert proc.stdout.read() == b""  # stdout is the protocol: nothing but replies, ever
+
+
+def test_ctrl_c_in_a_terminal_stops_without_a_traceback(tmp_path):
+    import signal
+    proc, master = start_in_a_terminal(tmp_path)
+    try:
+        read_until(proc.stderr, b"stop:")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+    finally:
+        os.close(master)
+        proc.kill()
+    assert b"Traceback" not in proc.stderr.read() and proc.stdout.read() == b""
+
+
+def test_without_a_terminal_no_hint_is_printed(tmp_path):
+    done = run(env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}, input=b"")
+    assert done.returncode == 0 and b"waits for an MCP client" not in done.stderr and done.stdout == b""
+
+
+def start_in_a_terminal(tmp_path):
+    """The server with a pseudo-terminal as stdin (as typed in a shell) and pipes for stdout and stderr."""
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    proc = subprocess.Popen([sys.executable, str(SERVER)], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    return proc, master
+
+
+def read_until(stream, marker: bytes, timeout: float = 20.0) -> bytes:
+    """Bytes from a pipe until marker shows up (or the timeout passes)."""
+    import select
+    seen, deadline = b"", time.monotonic() + timeout
+    while marker not in seen and time.monotonic() < deadline:
+        if select.select([stream], [], [], 0.2)[0]:
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break
+            seen += chunk
+    assert marker in seen, seen
+    return seen

@@ -1,4 +1,5 @@
-"""A real install into a fresh venv: the `graphmem` command works and ui.html / AGENT-PROTOCOL.md ship in the wheel."""
+"""A real install into a fresh venv: the `graphmem` command works, --config names it, and ui.html /
+AGENT-PROTOCOL.md ship in the wheel. The README's test command is the one CI runs; the licence is there."""
 from __future__ import annotations
 
 import json
@@ -35,3 +36,35 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
     reply = subprocess.run([str(graphmem)], input=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
                            capture_output=True, env=env, cwd=tmp_path, timeout=30)
     assert json.loads(reply.stdout)["result"] == {}
+    # --config names the installed command (survives upgrades); a checkout names its own Python and file
+    installed = subprocess.run([str(graphmem), "--config", "claude-code"], capture_output=True, env=env, cwd=tmp_path)
+    assert json.loads(installed.stdout)["mcpServers"]["graphmem"]["command"] == str(graphmem)
+    assert json.loads(installed.stdout)["mcpServers"]["graphmem"]["args"] == []
+    checkout = subprocess.run([sys.executable, str(ROOT / "memory_server.py"), "--config", "claude-code"],
+                              capture_output=True, env=env, cwd=tmp_path)
+    entry = json.loads(checkout.stdout)["mcpServers"]["graphmem"]
+    assert [entry["command"], *entry["args"]] == [sys.executable, str(ROOT / "memory_server.py")]
+    assert b"temporary cache" not in installed.stderr + checkout.stderr
+
+
+def test_readme_test_command_is_what_ci_runs_and_installs_the_test_extra():
+    import importlib.util
+    import tomllib
+    spec = importlib.util.spec_from_file_location("run_tests", ROOT / "tools" / "run_tests.py")
+    run_tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_tests)
+    command = "python3 tools/run_tests.py"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    assert command in readme and ci[-1] == command
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["optional-dependencies"]["test"] == [run_tests.PYTEST]
+    assert pyproject["project"]["requires-python"] == ">=" + ".".join(map(str, run_tests.MIN_PYTHON))
+
+
+def test_mit_licence_matches_the_package_metadata():
+    import tomllib
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License") and "Copyright (c) 2026 graphmem contributors" in text
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["license"] == {"text": "MIT"}

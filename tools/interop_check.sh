@@ -7,8 +7,8 @@
 #                          [--keep] [-- SERVER_CMD ARGS...]
 #
 #   --install       install the pinned tools into the scratch dir first
-#   --scratch DIR   where the tools live (default /work/scratch/interop; a bare
-#                   positional DIR is accepted too)
+#   --scratch DIR   where the tools and each run's work dir live (default
+#                   <repo>/.interop, git-ignored; a bare positional DIR is accepted too)
 #   --only LIST     comma list of sections to run (default: all three)
 #   --keep          keep the work dir (wire logs, conformance checks.json)
 #   -- CMD...       server command (default: python3 <repo>/memory_server.py)
@@ -44,7 +44,7 @@ MCP_PY_VER=2.3.0
 PORT=${PORT:-18001}
 
 # ----------------------------------------------------------------- arguments
-SCRATCH=/work/scratch/interop
+SCRATCH="$REPO/.interop"
 INSTALL=0
 ONLY=sdk,inspector,conformance
 KEEP=0
@@ -204,7 +204,8 @@ fi
 # ----------------------------------------------------------------- main
 [ "$INSTALL" = 1 ] && do_install
 
-WORK=$(mktemp -d /tmp/graphmem-interop.XXXXXX)
+mkdir -p "$SCRATCH/runs"
+WORK=$(mktemp -d "$SCRATCH/runs/run.XXXXXX")
 mkdir -p "$WORK/taps"
 : >"$WORK/summary"
 export WORK

@@ -5777,6 +5777,47 @@ def settings_in_env(env: dict[str, str]) -> dict[str, str]:
     return found
 
 
+# Session hooks: where each client documents a session-start hook whose output reaches the model.
+# Claude Code: settings.json "hooks", SessionStart (matchers startup/resume/clear/compact), plain stdout is
+# added to the context. Codex: hooks.json, the same event shape (SessionStart: startup/resume/clear); Gemini
+# CLI: settings.json "hooks", SessionStart, stdout must be one JSON object. Both get
+# hookSpecificOutput.additionalContext (--context --hook-json). The other clients document no such hook.
+HOOK_WHERE = {
+    "claude-code": ".claude/settings.json in the project (or ~/.claude/settings.json), merged into its \"hooks\"",
+    "codex": "~/.codex/hooks.json (or .codex/hooks.json in the repo); Codex asks you to trust it once",
+    "gemini": ".gemini/settings.json in the project (or ~/.gemini/settings.json), merged into its \"hooks\"",
+}
+HOOK_MATCHERS = {"claude-code": "startup|resume|clear|compact", "codex": "startup|resume|clear"}
+
+
+def hooks_config(client: str, command: list[str]) -> str:
+    """The hook entries that run `--context` at session start (and after a compaction or /clear where the
+    client has that event), in the client's own format."""
+    settings = settings_in_env(dict(os.environ))  # the hook must read the same graph as the server
+    prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in settings.items()) + " " if settings else ""
+    run = prefix + shlex.join(command) + " --context" + ("" if client == "claude-code" else " --hook-json")
+    group: dict[str, Any] = {"hooks": [{"type": "command", "command": run}]}
+    if client in HOOK_MATCHERS:
+        group = {"matcher": HOOK_MATCHERS[client], **group}
+        group["hooks"][0]["timeout"] = 30  # seconds; the briefing takes well under one
+    else:
+        group["hooks"][0]["name"] = "graphmem-briefing"
+    return json.dumps({"hooks": {"SessionStart": [group]}}, indent=2) + "\n"
+
+
+def print_hooks(client: str) -> int:
+    """--config CLIENT --hooks: the session hook config on stdout, where to paste it on stderr."""
+    Settings.from_env()  # a bad value is refused here, not copied into the hook
+    if client not in HOOK_WHERE:
+        log(f"no session hook for {client}: graphmem knows no documented session-start hook of {client} whose "
+            f"output reaches the model. Add the memory protocol to its instructions instead: graphmem --protocol "
+            f">> AGENTS.md. Hooks are printed for: {', '.join(HOOK_WHERE)}.")
+        return 1
+    sys.stdout.write(hooks_config(client, server_command()))
+    print(f"# paste into {HOOK_WHERE[client]}", file=sys.stderr)
+    return 0
+
+
 def print_config(client: str) -> int:
     """--config CLIENT: the config on stdout; where to paste it, and what to watch for, on stderr."""
     Settings.from_env()  # a bad value is refused here, not copied into the client's config
@@ -5884,13 +5925,19 @@ def seed_demo_metadata(settings: Settings) -> None:
         memory.meta.save_states([(entity, text)])
 
 
-def print_briefing(settings: Settings, budget: int, query: str | None) -> int:
-    """--context: the briefing on stdout; nothing at all (exit 0) when there is no memory yet."""
+def print_briefing(settings: Settings, budget: int, query: str | None, hook_json: bool = False) -> int:
+    """--context: the briefing on stdout; nothing at all (exit 0) when there is no memory yet. hook_json: as
+    a session hook's JSON answer, `{}` when there is nothing to say."""
     if budget < 1:
         raise ConfigError(f"--budget {budget}: give a number of tokens, at least 1 (default {CONTEXT_BUDGET})")
-    if not settings.file_path.exists() or settings.file_path.stat().st_size == 0:
-        return 0
-    print(briefing(Memory(settings, "context"), budget, query))
+    text = ""
+    if settings.file_path.exists() and settings.file_path.stat().st_size > 0:
+        text = briefing(Memory(settings, "context"), budget, query)
+    if hook_json:
+        print(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
+                         if text else {}))
+    elif text:
+        print(text)
     return 0
 
 
@@ -5926,6 +5973,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", action="store_true", help="print AGENT-PROTOCOL.md (for AGENTS.md / CLAUDE.md)")
     p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
     p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
+    p.add_argument("--hooks", action="store_true",
+                   help="with --config: the client's session-start hook that runs --context (claude-code, codex, gemini)")
+    p.add_argument("--hook-json", action="store_true",
+                   help="with --context: print the briefing as a hook's JSON (hookSpecificOutput.additionalContext)")
     p.add_argument("--context", action="store_true",
                    help="print a session-start briefing (pinned facts and rules, what changed, most used)")
     p.add_argument("--budget", type=int, default=CONTEXT_BUDGET, metavar="N",
@@ -5953,7 +6004,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_skill(args.skill)}")
             return 0
         if args.config:
-            return print_config(args.config)
+            return print_hooks(args.config) if args.hooks else print_config(args.config)
         if args.merge:
             return merge_command(args.merge)
         if args.init:
@@ -5965,7 +6016,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         settings = Settings.from_env()
         if args.context:
-            return print_briefing(settings, args.budget, args.query)
+            return print_briefing(settings, args.budget, args.query, args.hook_json)
         if args.export or args.import_path:
             return markdown_command(settings, args.export, args.import_path)
         if args.ui is not None:

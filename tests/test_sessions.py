@@ -143,3 +143,31 @@ def test_import_is_one_transaction_with_one_history_entry(tmp_path):
 def test_import_of_a_missing_path_is_a_clear_error(tmp_path):
     done = cli(tmp_path / "memory.jsonl", "--import", str(tmp_path / "nope"))
     assert done.returncode == 2 and "no such file or folder" in done.stderr
+
+
+@pytest.mark.parametrize("client", ["claude-code", "codex", "gemini"])
+def test_each_hooks_config_parses_and_its_command_prints_the_briefing(used_graph, client):
+    done = cli(used_graph, "--config", client, "--hooks")
+    assert done.returncode == 0 and "paste into" in done.stderr
+    config = json.loads(done.stdout)
+    group = config["hooks"]["SessionStart"][0]
+    if client == "claude-code":
+        assert "compact" in group["matcher"] and "clear" in group["matcher"]
+    command = group["hooks"][0]["command"]
+    assert group["hooks"][0]["type"] == "command" and "--context" in command
+    assert f"MEMORY_FILE_PATH={used_graph}" in command  # the hook reads the same graph as the server
+    run = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60, cwd=used_graph.parent,
+                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(used_graph.parent)})
+    assert run.returncode == 0, run.stderr
+    text = run.stdout if client == "claude-code" else json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "RULE migrations" in text and "recall before a task" in text
+
+
+def test_hooks_for_a_client_without_a_session_hook_say_so(used_graph):
+    done = cli(used_graph, "--config", "cursor", "--hooks")
+    assert done.returncode == 1 and done.stdout == "" and "no session hook for cursor" in done.stderr
+
+
+def test_the_hook_json_of_an_empty_memory_is_an_empty_object(tmp_path):
+    done = cli(tmp_path / "memory.jsonl", "--context", "--hook-json")
+    assert done.returncode == 0 and json.loads(done.stdout) == {}

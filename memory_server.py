@@ -1326,8 +1326,9 @@ class MetaStore:
     # ── probes ──
     @best_effort(False)
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
-        """Store a probe once (True when new). Seen again, it becomes the newest; a manual one stays manual."""
-        key, now = (db_text(query), db_text(entity), db_text(fact)), time.time()
+        """Store a probe once (True when new). Seen again, it becomes the newest; a manual one stays manual.
+        Queries differing only in case or spacing are one probe (recall reads them the same)."""
+        key, now = (db_text(" ".join(query.lower().split())), db_text(entity), db_text(fact)), time.time()
         with self.write():
             cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
                                     (*key, source, now))
@@ -1341,6 +1342,16 @@ class MetaStore:
     @best_effort(list)
     def probes(self) -> list[tuple[str, str, str, str]]:
         return list(self.conn.execute("SELECT query, entity, fact, source FROM probes ORDER BY id"))
+
+    def probe_rows(self) -> list[tuple[int, str, str, str, str]]:
+        """(id, query, entity, fact, source) of every probe, oldest first: for a person to review (raises on a
+        broken memory.db: a listing that silently shows nothing would mislead)."""
+        return list(self.conn.execute("SELECT id, query, entity, fact, source FROM probes ORDER BY id"))
+
+    def remove_probe(self, probe_id: int) -> bool:
+        """Delete one probe by id (True when it existed)."""
+        with self.write(durable=True):
+            return self.conn.execute("DELETE FROM probes WHERE id=?", (probe_id,)).rowcount > 0
 
     # ── history ──
     @best_effort()
@@ -2598,6 +2609,10 @@ class FactNeighbours:
 
     def first_flagged(self, text: str) -> tuple[str | None, str | None]:
         """(verdict, fact) for the first fact in list order that compare_facts flags against text, or (None, None)."""
+        return next(self.flagged(text), (None, None))
+
+    def flagged(self, text: str) -> Iterator[tuple[str, str]]:
+        """(verdict, fact) for every fact compare_facts flags against text, in list order."""
         date, found, near, vectors = fact_date(text), set(), set(), []
         for part in self._split(text):
             vector = self._vector(part)
@@ -2610,8 +2625,7 @@ class FactNeighbours:
         for other in sorted(found, key=lambda t: self._copies[t][0]):
             verdict = compare_facts(other, text, self._vector)
             if verdict:
-                return verdict, other
-        return None, None
+                yield verdict, other
 
 
 # Entity types whose facts hold until someone changes them: never archived by decay or cap (issue 10). Matched by
@@ -2630,6 +2644,22 @@ def can_fade(entity_type: str, text: str) -> bool:
     """Only dated, event-like facts of other entities can fade out of the active graph; undated (identity)
     facts and the facts of rules, conventions and decisions never do."""
     return fact_date(text) is not None and not entity_keeps_facts(entity_type)
+
+
+def conflicts_among(entity: Entity | None, texts: set[str]) -> dict[str, str]:
+    """Flags for the facts among texts that compare_facts pairs as a supersede or conflict both kept:
+    ' [newer of a conflict]' on the later one, ' [older: conflicts with "..."]' on the earlier."""
+    flags: dict[str, str] = {}
+    if entity is None or len(texts) < 2:
+        return flags
+    neighbours = FactNeighbours([])
+    for text in dict.fromkeys(o for o in entity.observations if o in texts):
+        for verdict, older in neighbours.flagged(text):
+            if verdict in ("supersede", "conflict"):
+                flags[text] = " [newer of a conflict]"
+                flags[older] = f" [older: conflicts with {json.dumps(short(text, 60), ensure_ascii=False)}]"
+        neighbours.add(text)
+    return flags
 
 
 def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callable[[str], bool]) -> list[str]:
@@ -3318,7 +3348,9 @@ TOOLS: list[Tool] = [
          _obj({"names": _arr({"type": "string"}, "An array of entity names to retrieve")}, ["names"]),
          _annotations(True, False, True), "open_nodes"),
     Tool("recall", "Recall",
-         "The facts most relevant to a task from the whole graph, within a token budget. Start tasks with this.",
+         "The facts most relevant to a task from the whole graph, within a token budget. Start tasks with this. "
+         "Marks after a fact: «words» the query words it matched, «~» matched by meaning, not by a query word; "
+         "[newer of a conflict] / [older: conflicts with ...] two facts kept that may disagree (delete the wrong one).",
          _obj({"query": _s("What you are about to work on, in a few words"),
                "budget": {"type": "integer", "description": "Max tokens of the answer (default 1500)"}}, ["query"]),
          _annotations(True, False, False), "recall"),
@@ -3523,6 +3555,9 @@ class Memory:
     def _need(self, graph: Graph, name: str) -> Entity:
         entity = graph.get(name)
         if entity is None:
+            renamed = self._renamed_to(graph, name)
+            if renamed:
+                raise ToolError(f"{_q(name)} was renamed to {_q(renamed)}; use the new name")
             hint = self._names_like(graph, name)
             raise ToolError(f"unknown entity {_q(name)}" + (f"; did you mean {', '.join(map(_q, hint))}?" if hint else
                                                             "; create it with create_entities"))
@@ -3534,6 +3569,27 @@ class Memory:
             return []
         self.hints_left -= 1
         return self.index.name_finder(graph).suggest(name)
+
+    RENAMES_FOLLOWED = 200  # newest renames in the history looked at for an old name (history keeps 90 days)
+
+    def _renamed_to(self, graph: Graph, name: str) -> str | None:
+        """The entity an old name now goes by, following renames recorded in the history (not undone)."""
+        try:
+            rows = self.meta.conn.execute("SELECT changes FROM history WHERE undone=0 AND summary LIKE 'rename %' "
+                                          "ORDER BY id DESC LIMIT ?", (self.RENAMES_FOLLOWED,)).fetchall()
+        except sqlite3.Error:
+            return None
+        newest: dict[str, str] = {}
+        for (changes,) in rows:
+            for old, new in json.loads(changes).get("renamed", []):
+                newest.setdefault(old, new)
+        seen = {name}
+        while name in newest and newest[name] not in seen:
+            name = newest[name]
+            seen.add(name)
+            if graph.get(name):
+                return name
+        return None
 
     def _pinned(self, entity: str) -> Callable[[str], bool]:
         return lambda text: self.meta.state(entity, text).pinned
@@ -3648,13 +3704,21 @@ class Memory:
         return self._mutate(f"create {len(relations)} relation(s)", change)
 
     def _hint(self, graph: Graph, name: str) -> str:
+        renamed = self._renamed_to(graph, name)
+        if renamed:
+            return f" (renamed to {_q(renamed)})"
         hint = self._names_like(graph, name)
         return f" (did you mean {', '.join(map(_q, hint))}?)" if hint else ""
 
     def add_observations(self, observations: list[dict[str, Any]]) -> str:
         def change(tx: Transaction) -> str:
             for item in observations:  # all or nothing, as the reference: an unknown entity saves nothing
-                self._need(tx.graph, item["entityName"])
+                try:
+                    self._need(tx.graph, item["entityName"])
+                except ToolError as err:
+                    others = [n for n in dict.fromkeys(o["entityName"] for o in observations) if tx.graph.get(n)]
+                    either = f" (not to {', '.join(map(_q, others))} either)" if others else ""
+                    raise ToolError(f"Nothing added{either}: {err}; fix the name and send the whole call again") from None
             text = "\n".join(self._add_facts(tx, tx.graph.get(item["entityName"]), item["contents"])
                               for item in observations) or "Nothing to add."
             if tx.refused and not tx.added:
@@ -3874,6 +3938,20 @@ class Memory:
         note = self.anchors.note(entity.name, text)
         return (f" [{', '.join(flags)}]" if flags else "") + note
 
+    def _conflict_flags(self, graph: Graph, facts: Iterable[ScoredFact]) -> Callable[[str, str], str]:
+        """For recall: which of two facts of one entity among these that were kept as a possible conflict is
+        newer (later in the entity's list: facts are appended as written). Worked out per entity when asked."""
+        by_entity: dict[str, set[str]] = {}
+        for fact in facts:
+            by_entity.setdefault(fact.entity, set()).add(fact.text)
+        found: dict[str, dict[str, str]] = {}
+
+        def flag(entity: str, text: str) -> str:
+            if entity not in found:
+                found[entity] = conflicts_among(graph.get(entity), by_entity.get(entity, set()))
+            return found[entity].get(text, "")
+        return flag
+
     def fading(self, entity: Entity, text: str, clock: ActivityClock) -> float | None:
         """The retention of a fact that can fade (can_fade) and is under FADING_RETENTION, else None."""
         if not can_fade(entity.entityType, text):
@@ -3892,8 +3970,9 @@ class Memory:
         ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph)
         types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
         clock = self.meta.clock()
+        conflicts = self._conflict_flags(graph, ranking.facts)
         packed = pack_facts(query, ranking, budget, types,
-                            lambda f: self._fact_flags(graph.get(f.entity), f.text, clock))
+                            lambda f: self._fact_flags(graph.get(f.entity), f.text, clock) + conflicts(f.entity, f.text))
         fading = sum(1 for f in packed.shown if self.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
         text = packed.text
@@ -4180,6 +4259,28 @@ class Memory:
         now = time.time()
         self.recent = [r for r in self.recent if now - r[0] < self.RECENT_SECONDS][-20:]
         self.recent.append((now, query, shown))
+
+    def add_manual_probe(self, query: str, entity: str, fact: str = "") -> str:
+        """A question recall must keep answering, added by a person: the entity (and fact) must exist now."""
+        graph = self.graph()
+        found = self._need(graph, entity)
+        if fact and fact not in found.observations:
+            listing = ", ".join(_q(o, 60) for o in difflib.get_close_matches(fact, found.observations, n=3, cutoff=0.6))
+            raise ToolError(f"{entity} has no fact {_q(fact)}" + (f"; did you mean {listing}?" if listing else
+                            "; give its exact text (open_nodes lists them)"))
+        if not query.strip():
+            raise ToolError("the probe's question is empty")
+        added = self.meta.add_probe(query, entity, fact, "manual")
+        return "probe added" if added else "probe already recorded"
+
+    def probe_listing(self) -> list[dict[str, Any]]:
+        """Every probe, for the CLI and the UI."""
+        return [{"id": i, "query": q, "entity": e, "fact": f, "source": s} for i, q, e, f, s in self.meta.probe_rows()]
+
+    def remove_probe(self, probe_id: int) -> str:
+        if not self.meta.remove_probe(probe_id):
+            raise ToolError(f"no probe {probe_id}; graphmem --probes lists them")
+        return f"probe {probe_id} removed"
 
     def _learn_probes(self, entities: set[str], fact: str | None = None) -> None:
         """A result the agent went on to open (or rated helpful) answered its query: keep it as a probe."""
@@ -5387,6 +5488,30 @@ def apply_compact_plan(tx: Transaction, plan: dict[str, list[tuple[str, str]]],
     return "compacted"
 
 
+def manage_probes(memory: Memory, args: argparse.Namespace) -> int:
+    """--probe (checked against the graph), --probes (listed with ids), --remove-probe ID."""
+    if args.probe and not args.expect:
+        raise ConfigError("--probe needs --expect ENTITY (and optionally --fact TEXT)")
+    try:
+        if args.probe:
+            print(memory.add_manual_probe(args.probe, args.expect, args.fact or ""))
+        for probe_id in args.remove_probe or []:
+            print(memory.remove_probe(probe_id))
+        if args.probes:
+            rows = memory.probe_listing()
+            print(f"{len(rows)} probe(s); --remove-probe ID removes one" if rows else
+                  "no probes yet: they are learned when an agent opens what recall found, or add one with --probe")
+            for p in rows:
+                print(f"  {p['id']} [{p['source']}] {_q(p['query'])} -> {p['entity']}" + (f": {p['fact']}" if p["fact"] else ""))
+    except ToolError as err:
+        print(f"graphmem: {err}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as err:
+        print(f"graphmem: {describe_db_error(memory.meta.path, err)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def report(memory: Memory) -> str:
     s = memory.settings
     r = receipts(memory)
@@ -5518,6 +5643,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe", metavar="QUERY", help="add a guardrail probe: a question recall must keep answering")
     p.add_argument("--expect", metavar="ENTITY", help="with --probe: the entity that answers it")
     p.add_argument("--fact", metavar="TEXT", help="with --probe: the exact fact that answers it")
+    p.add_argument("--probes", action="store_true", help="list the guardrail probes (learned and added), with ids")
+    p.add_argument("--remove-probe", metavar="ID", type=int, action="append", help="remove a guardrail probe by id")
     p.add_argument("--protocol", action="store_true", help="print AGENT-PROTOCOL.md (for AGENTS.md / CLAUDE.md)")
     p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
     p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
@@ -5541,14 +5668,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.ui is not None:
             return serve_ui(settings, args.ui, not args.no_open, args.demo)
-        if args.lint or args.compact or args.report or args.probe:
+        if args.lint or args.compact or args.report or args.probe or args.probes or args.remove_probe:
             memory = Memory(settings, "cli")
-            if args.probe:
-                if not args.expect:
-                    raise ConfigError("--probe needs --expect ENTITY (and optionally --fact TEXT)")
-                added = memory.meta.add_probe(args.probe, args.expect, args.fact or "", "manual")
-                print("probe added" if added else "probe already recorded")
-                return 0
+            if args.probe or args.probes or args.remove_probe:
+                return manage_probes(memory, args)
             if args.lint:
                 print(lint_report(memory))
                 return 0

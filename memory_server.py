@@ -2450,7 +2450,19 @@ def _compare_parts(old: str, new: str, vector: Callable[[str], dict[int, float]]
         return "conflict" if stems_a == stems_b or (prefix + suffix >= 2 and len(shared) >= 2) else None
     if 1 <= len(diff_a) <= 3 and 1 <= len(diff_b) <= 3 and prefix + suffix >= 2 and shared:
         return _value_change(old_body, new_body, a, b, prefix, len(shared))
-    return None
+    keyed = _keyed_subject(old_body, a)
+    return "conflict" if keyed and keyed == _keyed_subject(new_body, b) else None
+
+
+def _keyed_subject(body: str, words: list[str]) -> tuple[str, ...] | None:
+    """The key of a short "Key: value" fact ("Owner: Lucas Perez"): two of them with the same key and other
+    values may disagree, or both hold ("TODO: ..."): a possible conflict, never a replacement."""
+    sep = _SUBJECT_SEPARATOR.search(body)
+    if not sep:
+        return None
+    subject = tuple(tokenize(body[:sep.start()]))
+    value = len(words) - len(subject)
+    return subject if 1 <= len(subject) <= 3 and 1 <= value <= 3 and _content_words(list(subject)) else None
 
 
 def _value_change(old: str, new: str, a: list[str], b: list[str], prefix: int, shared: int) -> str | None:
@@ -2494,7 +2506,8 @@ def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, 
       at the ends (prefix + suffix >= 2); with the same negation also at most 3 other words on each side, so
       lengths within 2 of each other; a negation flip has no limit on length;
     - the set of content stems: a negation flip of the same words is a "conflict";
-    - the content words' keys in order (_word_key) and the negation: "near" by _same_words_in_order.
+    - the content words' keys in order (_word_key) and the negation: "near" by _same_words_in_order;
+    - the key of a short "Key: value" fact (_keyed_subject): a "conflict" of two values.
     Near keys: "near" by the embedder needs the same numbers and negation, and an embedder bucket in common: a
     stored fact's heaviest buckets (near_buckets) against all of a new fact's.
     Any-date keys: a status report's subject: a later report of another state supersedes whatever the dates.
@@ -2513,6 +2526,9 @@ def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, 
             keys.update((*pair, negated, n) for n in range(len(words) - 2, len(words) + 3))
     same = (tuple(_NUMBER.findall(body)), negated)
     near = {("near", same, bucket) for bucket in (near_buckets(vector) if stored else vector)}
+    keyed = _keyed_subject(body, words)
+    if keyed:
+        keys.add(("keyed", keyed))
     status = status_of(text)
     return keys, near, ({("status", status[1])} if status else set())
 
@@ -2601,7 +2617,7 @@ class FactNeighbours:
         """Some part of a new fact (vector, its near_buckets) and some part of other can reach NEAR_COSINE: the
         same bound the other way round, first as a cheap check."""
         for part in self._parts[other]:
-            theirs = self._vectors[part]
+            theirs = self._vector(part)  # a clause may also be another fact, removed since: made again
             for mine, heavy in vectors:
                 if any(k in theirs for k in heavy) and could_be_near(mine, theirs):
                     return True

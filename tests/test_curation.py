@@ -310,3 +310,12 @@ def test_item10_recall_explains_its_marks_in_its_description(api):
     tools = api.request("tools/list")["result"]["tools"]
     description = next(t["description"] for t in tools if t["name"] == "recall")
     assert "«~» matched by meaning" in description and "[newer of a conflict]" in description
+
+
+def test_item5_a_new_value_of_a_short_key_is_named_not_replaced(api):
+    start(api, "Owner: Lucas Perez", "TODO: update the runbook")
+    text, _ = api.call(*add("Api", "Owner: Maria Lopez"))
+    assert 'possible conflict with the older "Owner: Lucas Perez": both kept' in text
+    text, _ = api.call(*add("Api", "TODO: rotate the keys"))  # "Key: value" notes may both hold: named, kept
+    assert facts_on_disk(api) == ["Owner: Lucas Perez", "TODO: update the runbook", "Owner: Maria Lopez",
+                                  "TODO: rotate the keys"]

@@ -109,6 +109,11 @@ class Settings:
     price_model: str = "claude-sonnet-4-6"
     project_root: Path | None = None
     lock_timeout: float = 10.0
+    test_only_now: float | None = None  # MEMORY_TEST_ONLY_NOW: a frozen clock for tests of decay (never in use)
+
+    def now(self) -> float:
+        """The time the activity clock reads: the real time, unless a test froze it (MEMORY_TEST_ONLY_NOW)."""
+        return time.time() if self.test_only_now is None else self.test_only_now
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -132,7 +137,26 @@ class Settings:
             price_per_mtok=_number_setting(env, "MEMORY_PRICE_PER_MTOK", 3.0, 0.0, 10_000.0),
             price_model=env.get("MEMORY_PRICE_MODEL", "").strip() or "claude-sonnet-4-6",
             project_root=Path(root).expanduser().resolve() if root else None,
+            test_only_now=_test_clock(env),
         )
+
+
+def _test_clock(env: dict[str, str]) -> float | None:
+    """MEMORY_TEST_ONLY_NOW=2027-03-01 (or 2027-03-01T12:00:00, UTC): the time the activity clock, fact ages
+    and pins read, frozen, so a test can move a graph forward by days without waiting. Said on stderr every
+    time a process starts with it: a memory served with a fake clock must never go unnoticed."""
+    raw = env.get("MEMORY_TEST_ONLY_NOW", "").strip()
+    if not raw:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise ConfigError(f"MEMORY_TEST_ONLY_NOW={raw!r} is not an ISO date such as 2027-03-01 (for tests only; "
+                          "unset it to use the real clock)") from None
+    when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+    sys.stderr.write(f"graphmem: warning: MEMORY_TEST_ONLY_NOW is set: the clock reads {when.isoformat()} "
+                     "(for tests only; unset it in real use)\n")
+    return when.timestamp()
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -991,10 +1015,12 @@ def log(message: str) -> None:
 # 4. MetaStore: SQLite beside the graph (per-fact state, ledger, probes, history)
 # ════════════════════════════════════════════════════════════════════════════
 
-NEW_FACT_STABILITY_H = 168.0
-MAX_STABILITY_H = 8760.0
+NEW_FACT_STABILITY_H = 168.0  # a new fact's half-life: 7 days of use (24 h of active time per day used)
+MAX_STABILITY_H = 8760.0      # at most a year of days of use
 FADING_RETENTION = 0.3     # shown dimmed and counted as fading
-FADED_RETENTION = 0.05     # --compact may archive an unpinned fact this faded
+FADED_RETENTION = 0.05     # --compact may archive an unpinned dated fact this faded: 4.3 half-lives, 31 days of
+                           # use without it for a new fact (a guess: a month of work never needing an event)
+DAY_SECONDS = 86400.0
 
 SCHEMA = [
     # version 1
@@ -1035,7 +1061,11 @@ SCHEMA = [
                sum(max(reference_tokens - tokens, 0)) FROM ledger GROUP BY 1, 2, 3;
     DROP TABLE ledger;
     """,
-    # version 4: session briefings (--context), so a briefing says what changed since the last one
+    # version 4: the activity clock: the UTC days (days since 1970-01-01) on which the graph was used
+    """
+    CREATE TABLE IF NOT EXISTS active_days(day INTEGER PRIMARY KEY);
+    """,
+    # version 5: session briefings (--context), so a briefing says what changed since the last one
     """
     CREATE TABLE IF NOT EXISTS briefings(ts REAL NOT NULL);
     """,
@@ -1093,18 +1123,32 @@ class FactState:
     pinned: bool = False
     client: str | None = None
 
-    def retention(self, now: float) -> float:
+    def retention(self, clock: "ActivityClock") -> float:
+        """0.5 ^ (active hours since last use / stability): time counts only on days the memory was used."""
         if self.pinned:
             return 1.0
-        hours = max(0.0, now - self.last_used) / 3600.0
-        return 0.5 ** (hours / max(self.stability, 1.0))
+        return 0.5 ** (clock.active_hours_since(self.last_used) / max(self.stability, 1.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivityClock:
+    """Decay's clock: 24 active hours for each day the memory was used (any tool call), none for days away.
+    A fact last used on day d has aged one day for each day of use after d, up to today."""
+    days: tuple[int, ...]  # sorted UTC day numbers of use
+    now: float
+
+    def active_hours_since(self, when: float) -> float:
+        first, today = int(when // DAY_SECONDS), int(self.now // DAY_SECONDS)
+        if today <= first:
+            return 0.0
+        return 24.0 * (bisect.bisect_right(self.days, today) - bisect.bisect_right(self.days, first))
 
 
 META_BUSY_SECONDS = 1.0   # a call waits this long for memory.db held by another process, then goes on without it
 META_REOPEN_SECONDS = 5.0  # an unavailable memory.db is tried again this often
 
 
-SKIPPED_WORDS = {"reconcile": "fact ages", "save_states": "usage and pins", "move_facts": "pins of moved facts",
+SKIPPED_WORDS = {"reconcile": "fact ages", "mark_active": "the day of use (activity clock)", "save_states": "usage and pins", "move_facts": "pins of moved facts",
                  "record_call": "receipts", "add_probe": "guardrail probes", "probes": "guardrail probes",
                  "record_history": "history (undo)", "history": "history"}
 
@@ -1133,8 +1177,11 @@ class MetaStore:
     never turns a saved write into an error; `note()` says what was not read or recorded. No write-ahead log:
     a damaged -shm file of a WAL database kills a process with SIGBUS, which no Python code can catch."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, now: Callable[[], float] = time.time):
         self.path = path
+        self.now = now                   # the clock fact ages read (Settings.now)
+        self.days: tuple[int, ...] = ()  # the activity clock's days of use, as of the last reconcile
+        self._marked_day = -1            # the last day this process recorded as a day of use
         self.problem: str | None = None  # why memory.db could not be used in this call
         self.busy = False                # this call already gave up waiting for memory.db: skip the rest
         self.skipped: set[str] = set()   # what was skipped in this call
@@ -1226,11 +1273,12 @@ class MetaStore:
             for row in self.conn.execute(
                     "SELECT entity, text, created, last_used, uses, stability, importance, pinned, client FROM facts"):
                 self.states[(row[0], row[1])] = FactState(row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
+            self.days = tuple(day for (day,) in self.conn.execute("SELECT day FROM active_days ORDER BY day"))
         live = {(db_text(e.name), db_text(o)) for e in graph.entities for o in e.observations}
         missing = live.difference(self.states)
         gone = [key for key in self.states if key not in live]
         if missing or gone:
-            now = time.time()
+            now = self.now()
             with self.write():
                 for key in missing:
                     self.states[key] = FactState(now, now, client=client)
@@ -1268,7 +1316,7 @@ class MetaStore:
     def state(self, entity: str, text: str) -> FactState:
         key = (db_text(entity), db_text(text))
         if key not in self.states:
-            now = time.time()
+            now = self.now()
             self.states[key] = FactState(now, now)
         return self.states[key]
 
@@ -1287,7 +1335,7 @@ class MetaStore:
 
     def reinforce(self, keys: Iterable[tuple[str, str]]) -> None:
         """A fact returned to an agent: its clock resets and it grows sturdier (faster when important)."""
-        now = time.time()
+        now = self.now()
         keys = list(dict.fromkeys(keys))
         for key in keys:
             s = self.state(*key)
@@ -1307,6 +1355,23 @@ class MetaStore:
                 self.conn.execute("DELETE FROM facts WHERE entity=? AND text=?", (ne, nt))
                 self.conn.execute("UPDATE facts SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
                 self.conn.execute("UPDATE OR REPLACE anchors SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
+
+    # ── the activity clock ──
+    @best_effort()
+    def mark_active(self) -> None:
+        """Count today as a day of use (once per process and day: one tiny row a day)."""
+        today = int(self.now() // DAY_SECONDS)
+        if today == self._marked_day:
+            return
+        with self.write():
+            self.conn.execute("INSERT OR IGNORE INTO active_days(day) VALUES (?)", (today,))
+        self._marked_day = today
+        if today not in self.days:
+            self.days = tuple(sorted((*self.days, today)))
+
+    def clock(self) -> ActivityClock:
+        """The activity clock as of now."""
+        return ActivityClock(self.days, self.now())
 
     # ── ledger ──
     @best_effort()
@@ -1329,8 +1394,9 @@ class MetaStore:
     # ── probes ──
     @best_effort(False)
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
-        """Store a probe once (True when new). Seen again, it becomes the newest; a manual one stays manual."""
-        key, now = (db_text(query), db_text(entity), db_text(fact)), time.time()
+        """Store a probe once (True when new). Seen again, it becomes the newest; a manual one stays manual.
+        Queries differing only in case or spacing are one probe (recall reads them the same)."""
+        key, now = (db_text(" ".join(query.lower().split())), db_text(entity), db_text(fact)), time.time()
         with self.write():
             cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
                                     (*key, source, now))
@@ -1344,6 +1410,16 @@ class MetaStore:
     @best_effort(list)
     def probes(self) -> list[tuple[str, str, str, str]]:
         return list(self.conn.execute("SELECT query, entity, fact, source FROM probes ORDER BY id"))
+
+    def probe_rows(self) -> list[tuple[int, str, str, str, str]]:
+        """(id, query, entity, fact, source) of every probe, oldest first: for a person to review (raises on a
+        broken memory.db: a listing that silently shows nothing would mislead)."""
+        return list(self.conn.execute("SELECT id, query, entity, fact, source FROM probes ORDER BY id"))
+
+    def remove_probe(self, probe_id: int) -> bool:
+        """Delete one probe by id (True when it existed)."""
+        with self.write(durable=True):
+            return self.conn.execute("DELETE FROM probes WHERE id=?", (probe_id,)).rowcount > 0
 
     # ── history ──
     @best_effort()
@@ -2312,11 +2388,110 @@ def normalise_fact(text: str) -> str:
 
 NEGATIONS = {"not", "no", "never", "without", "cannot", "dont", "doesnt", "isnt", "wont", "nt"}
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
+
+# ── write-time curation, tuned (issue 10: zero false drops matters more than catching everything) ──
 NEAR_COSINE = 0.93  # embedder cosine from which two facts with the same numbers and negation are "nearly the same"
+NEAR_WORD_PREFIX = 4  # "Owned by X" = "Owner: X": content words in the same order, each equal or sharing its first
+                      # 4 letters and all but 2 (owned/owner, deploy/deployed; not import/important); a guess
+CURATION_CACHE = 1 << 16  # facts whose clauses and status are remembered: an entity's facts are compared again
+                          # and again within a call; 64k short tuples, a few MB at most
+STATUS_SUBJECT_WORDS = 3  # a status report names at most 3 other words ("login bug: fixed"); longer is a sentence
+# Stop words that carry meaning ("runs before deploy" / "after deploy", "flag is on" / "off"): two facts that differ
+# in one of them are never "nearly the same"; only these differ harmlessly.
+_HARMLESS_WORDS = frozenset("a an the is are was were be been being has have had it its this that these those of for "
+                            "by s so just very also to we our us you your they their them get got".split())
+_OPPOSABLE_WORDS = STOP_WORDS - _HARMLESS_WORDS
+# Where a fact's subject ends: a separator ("Owner: Maria", "port = 8080") or a copula ends it and what follows
+# is its value, so a new value there replaces the old one; after another linking verb ("uses Redis for caching"
+# / "for queues") both can be true, so both are kept and the older is named as a possible conflict.
+_SUBJECT_SEPARATOR = re.compile(r"\s(?:->|→)\s|:\s|=")
+COPULAS = frozenset("is are was were be becomes became equals remains stays set changed moved switched defaults".split())
+LINK_VERBS = frozenset("""must should can cannot will may might need needs requires require required uses use used
+using runs run deploys deployed lives points listens hosted owned maintained wrote written writes stored served built
+supports supported targets has have had goes depends calls sends reads handles owns contains includes talks blocks
+""".split())
+_CLAUSE_SPLIT = re.compile(r"\s*;\s*|(?<=\w)[.!?]\s+(?=[A-Z])")
+# States a status report gives ("Status: open", "2026-02-11: fixed and merged, closing", "rolled out to 10% of
+# users", "now generally available"); phrases are joined into one word first.
+_STATUS_PHRASES = [(re.compile(r"\bnot (?:yet )?started\b"), " notstarted "), (re.compile(r"\bin[ -]progress\b"), " inprogress "),
+                   (re.compile(r"\brolled out to (\d+)\s*%"), r" rollout\1 "), (re.compile(r"\bgenerally available\b"), " ga "),
+                   (re.compile(r"\bwon'?t fix\b"), " wontfix ")]
+STATE_WORDS = frozenset("""open opened todo planned pending notstarted started inprogress wip blocked draft review reviewing
+testing beta canary partial investigating reopened triaged proposed fixed done merged closed closing shipped released
+resolved complete completed finished ga launched cancelled canceled abandoned wontfix rejected live""".split())
+_ROLLOUT = re.compile(r"rollout\d+")
+_STATE_HINT = re.compile("|".join(sorted(STATE_WORDS | {"started", "progress", "rolled", "available", "fix"})))
+_STATUS_FILLER = frozenset("status state now currently users traffic customers everyone".split())
 
 
 def _body(text: str) -> str:
     return DATE_PREFIX.sub("", text, count=1).lstrip(" :-—")
+
+
+@functools.lru_cache(maxsize=CURATION_CACHE)
+def clauses(text: str) -> list[str]:
+    """A compound fact's clauses ("deploy branch is main; GitHub Actions deploys on tag v*"), or [text]."""
+    parts = [p for p in _CLAUSE_SPLIT.split(_body(text)) if tokenize(p)]
+    return parts if len(parts) > 1 else [text]
+
+
+@functools.lru_cache(maxsize=CURATION_CACHE)
+def status_of(text: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(states, subject stems) of a short status report ("Status: open", "login bug: fixed"), else None."""
+    low = _body(text).lower()
+    if not _STATE_HINT.search(low):
+        return None
+    for pattern, replacement in _STATUS_PHRASES:
+        low = pattern.sub(replacement, low)
+    words = tokenize(low)
+    states = frozenset(w for w in words if w in STATE_WORDS or _ROLLOUT.fullmatch(w))
+    if not states or NEGATIONS & set(words):
+        return None
+    subject = frozenset(stem(w) for w in words if w not in states and w not in _STATUS_FILLER and w not in STOP_WORDS)
+    return (states, subject) if len(subject) <= STATUS_SUBJECT_WORDS else None
+
+
+def _status_change(old: str, new: str) -> bool:
+    """new reports another state of the same thing as old, and is not dated before it."""
+    was, now = status_of(old), status_of(new)
+    if not was or not now or was[1] != now[1] or was[0] == now[0]:
+        return False
+    old_date, new_date = fact_date(old), fact_date(new)
+    return not (old_date and new_date and new_date < old_date)
+
+
+def _subject_end(body: str, words: list[str]) -> tuple[int, bool] | None:
+    """(index in words where the subject ends, whether a new value after it replaces the old): at the first
+    separator or copula (True), or the first other linking verb (False); None when there is none."""
+    sep = _SUBJECT_SEPARATOR.search(body)
+    at_sep = len(tokenize(body[:sep.start()])) if sep else len(words)
+    for i, word in enumerate(words[:at_sep]):
+        if word in COPULAS or word in LINK_VERBS:
+            return i, word in COPULAS
+    return (at_sep, True) if sep else None
+
+
+def _word_key(word: str) -> str:
+    """Words that _same_word matches share this key."""
+    return word if len(word) < NEAR_WORD_PREFIX or any(c.isdigit() for c in word) else word[:NEAR_WORD_PREFIX]
+
+
+def _same_word(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if min(len(a), len(b)) < NEAR_WORD_PREFIX or any(c.isdigit() for c in a + b):
+        return False
+    return len(os.path.commonprefix([a, b])) >= max(NEAR_WORD_PREFIX, max(len(a), len(b)) - 2)
+
+
+def _content_words(words: list[str]) -> list[str]:
+    return [w for w in words if w not in STOP_WORDS and w not in NEGATIONS]
+
+
+def _same_words_in_order(a: list[str], b: list[str]) -> bool:
+    """"Owned by Lucas Perez" and "Owner: Lucas Perez": the same content words, in the same order."""
+    ca, cb = _content_words(a), _content_words(b)
+    return len(ca) == len(cb) >= 2 and all(_same_word(x, y) for x, y in zip(ca, cb))
 
 
 def compare_facts(old: str, new: str, vector: Callable[[str], dict[int, float]] = embed) -> str | None:
@@ -2324,15 +2499,26 @@ def compare_facts(old: str, new: str, vector: Callable[[str], dict[int, float]] 
     vector is embed, or a lookup of vectors embed made before."""
     if normalise_fact(old) == normalise_fact(new):
         return "duplicate"
+    if _status_change(old, new):
+        return "supersede"
     old_date, new_date = fact_date(old), fact_date(new)
     if old_date and new_date and old_date != new_date:
         return None  # two dated events are history, not a change of value
-    a, b = tokenize(_body(old)), tokenize(_body(new))
+    return _compare_parts(old, new, vector) or _compare_clauses(old, new, vector)
+
+
+def _compare_parts(old: str, new: str, vector: Callable[[str], dict[int, float]]) -> str | None:
+    """compare_facts on two whole facts, or two clauses."""
+    if normalise_fact(old) == normalise_fact(new):
+        return "duplicate"
+    old_body, new_body = _body(old), _body(new)
+    a, b = tokenize(old_body), tokenize(new_body)
     if not a or not b:
         return None
-    numbers_differ = _NUMBER.findall(_body(old)) != _NUMBER.findall(_body(new))
+    numbers_differ = _NUMBER.findall(old_body) != _NUMBER.findall(new_body)
     negation_differs = bool(NEGATIONS & set(a)) != bool(NEGATIONS & set(b))
-    if not numbers_differ and not negation_differs and cosine(vector(old), vector(new)) >= NEAR_COSINE:
+    if not numbers_differ and not negation_differs and not (set(a) ^ set(b)) & _OPPOSABLE_WORDS and (
+            _same_words_in_order(a, b) or cosine(vector(old), vector(new)) >= NEAR_COSINE):
         return "near"
     prefix = 0
     while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
@@ -2346,32 +2532,75 @@ def compare_facts(old: str, new: str, vector: Callable[[str], dict[int, float]] 
     stems_b = {stem(w) for w in b} - NEGATIONS - STOP_WORDS
     if negation_differs:  # "X" against "not X" is a conflict to report, never a silent replacement
         return "conflict" if stems_a == stems_b or (prefix + suffix >= 2 and len(shared) >= 2) else None
-    if 1 <= len(diff_a) <= 3 and 1 <= len(diff_b) <= 3 and prefix + suffix >= 2:
-        if len(shared) >= 2:
-            return "supersede"
-        if shared:
-            return "conflict"
-    return None
+    if 1 <= len(diff_a) <= 3 and 1 <= len(diff_b) <= 3 and prefix + suffix >= 2 and shared:
+        return _value_change(old_body, new_body, a, b, prefix, len(shared))
+    keyed = _keyed_subject(old_body, a)
+    return "conflict" if keyed and keyed == _keyed_subject(new_body, b) else None
+
+
+def _keyed_subject(body: str, words: list[str]) -> tuple[str, ...] | None:
+    """The key of a short "Key: value" fact ("Owner: Lucas Perez"): two of them with the same key and other
+    values may disagree, or both hold ("TODO: ..."): a possible conflict, never a replacement."""
+    sep = _SUBJECT_SEPARATOR.search(body)
+    if not sep:
+        return None
+    subject = tuple(tokenize(body[:sep.start()]))
+    value = len(words) - len(subject)
+    return subject if 1 <= len(subject) <= 3 and 1 <= value <= 3 and _content_words(list(subject)) else None
+
+
+def _value_change(old: str, new: str, a: list[str], b: list[str], prefix: int, shared: int) -> str | None:
+    """Two facts alike but for a few words from position prefix: None when those words are in the subject
+    (different things: "client 1 wrote ..." / "client 2 wrote ..."), 'supersede' when only the value after the
+    same subject's separator or copula changed, else 'conflict' (unsure: keep both, name the older)."""
+    ends = _subject_end(old, a), _subject_end(new, b)
+    if ends[0] and ends[1] and prefix < min(ends[0][0], ends[1][0]):
+        return None
+    if ends[0] and ends[0] == ends[1] and ends[0][1] and shared >= 2 and _content_words(a[:ends[0][0]]):
+        return "supersede"
+    return "conflict"
+
+
+def _compare_clauses(old: str, new: str, vector: Callable[[str], dict[int, float]]) -> str | None:
+    """Compound facts compared clause by clause: 'near' when new says nothing old does not; 'supersede' when new
+    replaces every clause of old; 'conflict' when it replaces only some (old holds more: keep both)."""
+    olds, news = clauses(old), clauses(new)
+    if len(olds) == 1 and len(news) == 1:
+        return None
+    verdicts = {(i, j): "supersede" if _status_change(o, n) else _compare_parts(o, n, vector)
+                for i, o in enumerate(olds) for j, n in enumerate(news)}
+    if all(any(verdicts[i, j] in ("duplicate", "near") for i in range(len(olds))) for j in range(len(news))):
+        return "near"
+    replaced = [any(verdicts[i, j] in ("duplicate", "near", "supersede") for j in range(len(news))) for i in range(len(olds))]
+    changed = any(v in ("supersede", "conflict") for v in verdicts.values())
+    if all(replaced) and "supersede" in verdicts.values():
+        return "supersede"
+    return "conflict" if changed else None
 
 
 Keys = set[tuple[Any, ...]]
 
 
-def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, Keys]:
-    """(word keys, near keys): a pair compare_facts flags always shares a key, a stored fact's meeting a new one's.
+def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, Keys, Keys]:
+    """(word keys, near keys, any-date keys) of a whole fact or a clause: a pair _compare_parts flags always
+    shares a key, a stored fact's meeting a new one's.
     Word keys:
     - the normalised text: "duplicate";
     - the body's first two, last two, or first and last words: "supersede" and "conflict" need two words equal
       at the ends (prefix + suffix >= 2); with the same negation also at most 3 other words on each side, so
       lengths within 2 of each other; a negation flip has no limit on length;
-    - the set of content stems: a negation flip of the same words is a "conflict".
-    Near keys: "near" needs the same numbers and negation, and an embedder bucket in common: a stored fact's
-    heaviest buckets (near_buckets) against all of a new fact's.
+    - the set of content stems: a negation flip of the same words is a "conflict";
+    - the content words' keys in order (_word_key) and the negation: "near" by _same_words_in_order;
+    - the key of a short "Key: value" fact (_keyed_subject): a "conflict" of two values.
+    Near keys: "near" by the embedder needs the same numbers and negation, and an embedder bucket in common: a
+    stored fact's heaviest buckets (near_buckets) against all of a new fact's.
+    Any-date keys: a status report's subject: a later report of another state supersedes whatever the dates.
     Keys are words and buckets, no similarity threshold of their own, so no flagged pair is ever missed."""
     body = _body(text)
     words = tokenize(body)
     negated = bool(NEGATIONS & set(words))
-    keys: Keys = {("text", normalise_fact(text)), ("stems", frozenset({stem(w) for w in words} - NEGATIONS - STOP_WORDS))}
+    keys: Keys = {("text", normalise_fact(text)), ("stems", frozenset({stem(w) for w in words} - NEGATIONS - STOP_WORDS)),
+                  ("order", negated, tuple(_word_key(w) for w in _content_words(words)))}
     ends = [("head", *words[:2]), ("tail", *words[-2:]), ("ends", words[0], words[-1])] if len(words) >= 2 else []
     for pair in ends:
         if stored:
@@ -2381,7 +2610,11 @@ def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, 
             keys.update((*pair, negated, n) for n in range(len(words) - 2, len(words) + 3))
     same = (tuple(_NUMBER.findall(body)), negated)
     near = {("near", same, bucket) for bucket in (near_buckets(vector) if stored else vector)}
-    return keys, near
+    keyed = _keyed_subject(body, words)
+    if keyed:
+        keys.add(("keyed", keyed))
+    status = status_of(text)
+    return keys, near, ({("status", status[1])} if status else set())
 
 
 def near_buckets(vector: dict[int, float]) -> list[int]:
@@ -2409,14 +2642,16 @@ def could_be_near(a: dict[int, float], b: dict[int, float]) -> bool:
 class FactNeighbours:
     """One entity's facts indexed by fact_keys, so write-time curation compares a new fact only with the facts
     compare_facts could flag, in list order: the same first verdict as comparing with every fact. Two facts
-    dated differently are never flagged (history, not a change), so keys are held per date: a dated fact is
-    looked up among its own date and the undated facts, an undated one among all ("*")."""
+    dated differently are never flagged (history, not a change) unless they are status reports, so keys are
+    held per date: a dated fact is looked up among its own date and the undated facts, an undated one among
+    all ("*"); status keys among all ("any"). A compound fact is indexed whole and by each clause (clauses)."""
 
     def __init__(self, facts: Iterable[str]) -> None:
         self._copies: dict[str, list[int]] = {}         # text -> positions of its copies (only ever increasing)
         self._keys: dict[str, Keys] = {}
         self._holders: dict[tuple[Any, ...], set[str]] = {}
-        self._vectors: dict[str, dict[int, float]] = {}  # embed of each fact, made once
+        self._vectors: dict[str, dict[int, float]] = {}  # embed of each fact and clause, made once
+        self._parts: dict[str, list[str]] = {}           # a fact, then its clauses when it has several
         self._next = 0
         for text in facts:
             self.add(text)
@@ -2426,10 +2661,14 @@ class FactNeighbours:
         self._copies.setdefault(text, []).append(self._next)
         self._next += 1
         if text not in self._keys:
-            date = fact_date(text)
-            self._keys[text] = {(scope, *key) for keys in fact_keys(text, self._vector(text), stored=True)
-                                for key in keys for scope in (date, "*")}
-            for key in self._keys[text]:
+            date, keys = fact_date(text), set()
+            self._parts[text] = self._split(text)
+            for part in self._parts[text]:
+                word_keys, near_keys, any_date = fact_keys(part, self._vector(part), stored=True)
+                keys |= {(scope, *key) for key in word_keys | near_keys for scope in (date, "*")}
+                keys |= {("any", *key) for key in any_date}
+            self._keys[text] = keys
+            for key in keys:
                 self._holders.setdefault(key, set()).add(text)
 
     def remove(self, text: str) -> None:
@@ -2438,9 +2677,15 @@ class FactNeighbours:
         copies.pop(0)
         if not copies:
             del self._copies[text]
-            del self._vectors[text]
+            for part in self._parts.pop(text):
+                self._vectors.pop(part, None)
             for key in self._keys.pop(text):
                 self._holders[key].discard(text)
+
+    @staticmethod
+    def _split(text: str) -> list[str]:
+        parts = clauses(text)
+        return [text] + parts if len(parts) > 1 else [text]
 
     def _vector(self, text: str) -> dict[int, float]:
         vector = self._vectors.get(text)
@@ -2452,25 +2697,76 @@ class FactNeighbours:
         scopes = (date, None) if date else ("*",)
         return {text for key in keys for scope in scopes for text in self._holders.get((scope, *key), ())}
 
+    def _could_be_near(self, vectors: list[tuple[dict[int, float], list[int]]], other: str) -> bool:
+        """Some part of a new fact (vector, its near_buckets) and some part of other can reach NEAR_COSINE: the
+        same bound the other way round, first as a cheap check."""
+        for part in self._parts[other]:
+            theirs = self._vector(part)  # a clause may also be another fact, removed since: made again
+            for mine, heavy in vectors:
+                if any(k in theirs for k in heavy) and could_be_near(mine, theirs):
+                    return True
+        return False
+
     def first_flagged(self, text: str) -> tuple[str | None, str | None]:
         """(verdict, fact) for the first fact in list order that compare_facts flags against text, or (None, None)."""
-        date, vector = fact_date(text), self._vector(text)
-        word_keys, near_keys = fact_keys(text, vector, stored=False)
-        found = self._holding(word_keys, date)
-        heavy = near_buckets(vector)  # the same bound the other way round, first as a cheap check
-        found |= {t for t in self._holding(near_keys, date) - found
-                  if any(k in self._vectors[t] for k in heavy) and could_be_near(vector, self._vectors[t])}
+        return next(self.flagged(text), (None, None))
+
+    def flagged(self, text: str) -> Iterator[tuple[str, str]]:
+        """(verdict, fact) for every fact compare_facts flags against text, in list order."""
+        date, found, near, vectors = fact_date(text), set(), set(), []
+        for part in self._split(text):
+            vector = self._vector(part)
+            vectors.append((vector, near_buckets(vector)))
+            word_keys, near_keys, any_date = fact_keys(part, vector, stored=False)
+            found |= self._holding(word_keys, date)
+            found |= {t for key in any_date for t in self._holders.get(("any", *key), ())}
+            near |= self._holding(near_keys, date)
+        found |= {t for t in near - found if self._could_be_near(vectors, t)}
         for other in sorted(found, key=lambda t: self._copies[t][0]):
             verdict = compare_facts(other, text, self._vector)
             if verdict:
-                return verdict, other
-        return None, None
+                yield verdict, other
+
+
+# Entity types whose facts hold until someone changes them: never archived by decay or cap (issue 10). Matched by
+# stem on any word of the type ("coding conventions", "architecture-decision"); a guess from the types agents use.
+KEPT_ENTITY_TYPES = ("rule", "convention", "decision", "policy", "guideline", "principle", "constraint", "adr",
+                     "standard", "invariant")
+_KEPT_TYPE_STEMS = frozenset(stem(w) for w in KEPT_ENTITY_TYPES)
+
+
+def entity_keeps_facts(entity_type: str) -> bool:
+    """A rule, convention or decision entity: its facts stay in the active graph until changed by hand."""
+    return any(stem(w) in _KEPT_TYPE_STEMS for w in tokenize(entity_type))
+
+
+def can_fade(entity_type: str, text: str) -> bool:
+    """Only dated, event-like facts of other entities can fade out of the active graph; undated (identity)
+    facts and the facts of rules, conventions and decisions never do."""
+    return fact_date(text) is not None and not entity_keeps_facts(entity_type)
+
+
+def conflicts_among(entity: Entity | None, texts: set[str]) -> dict[str, str]:
+    """Flags for the facts among texts that compare_facts pairs as a supersede or conflict both kept:
+    ' [newer of a conflict]' on the later one, ' [older: conflicts with "..."]' on the earlier."""
+    flags: dict[str, str] = {}
+    if entity is None or len(texts) < 2:
+        return flags
+    neighbours = FactNeighbours([])
+    for text in dict.fromkeys(o for o in entity.observations if o in texts):
+        for verdict, older in neighbours.flagged(text):
+            if verdict in ("supersede", "conflict"):
+                flags[text] = " [newer of a conflict]"
+                flags[older] = f" [older: conflicts with {json.dumps(short(text, 60), ensure_ascii=False)}]"
+        neighbours.add(text)
+    return flags
 
 
 def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callable[[str], bool]) -> list[str]:
-    """The oldest dated facts past the cap; undated (identity) and pinned facts are never auto-archived."""
+    """The oldest dated facts past the cap; undated (identity) and pinned facts, and every fact of a rule,
+    convention or decision entity, are never auto-archived."""
     over = len(entity.observations) - cap
-    if over <= 0:
+    if over <= 0 or entity_keeps_facts(entity.entityType):
         return []
     dated = [(fact_date(o), i, o) for i, o in enumerate(entity.observations)
              if fact_date(o) and o not in keep and not pinned(o)]
@@ -3152,7 +3448,9 @@ TOOLS: list[Tool] = [
          _obj({"names": _arr({"type": "string"}, "An array of entity names to retrieve")}, ["names"]),
          _annotations(True, False, True), "open_nodes"),
     Tool("recall", "Recall",
-         "The facts most relevant to a task from the whole graph, within a token budget. Start tasks with this.",
+         "The facts most relevant to a task from the whole graph, within a token budget. Start tasks with this. "
+         "Marks after a fact: «words» the query words it matched, «~» matched by meaning, not by a query word; "
+         "[newer of a conflict] / [older: conflicts with ...] two facts kept that may disagree (delete the wrong one).",
          _obj({"query": _s("What you are about to work on, in a few words"),
                "budget": {"type": "integer", "description": "Max tokens of the answer (default 1500)"}}, ["query"]),
          _annotations(True, False, False), "recall"),
@@ -3251,7 +3549,7 @@ class Memory:
     def __init__(self, settings: Settings, client: str | None = None):
         self.settings = settings
         self.store = GraphStore(settings)
-        self.meta = MetaStore(self.store.meta_path)
+        self.meta = MetaStore(self.store.meta_path, settings.now)
         self.index = SearchIndex()
         self.client = client
         self.lock = threading.RLock()
@@ -3280,17 +3578,19 @@ class Memory:
         return graph
 
     def strength(self, entity: str, text: str) -> float:
-        return self.meta.state(entity, text).retention(time.time())
+        return self.meta.state(entity, text).retention(self.meta.clock())
 
     def fading_facts(self, graph: Graph) -> list[tuple[float, str, str]]:
-        """(retention, entity, fact) under FADING_RETENTION, most faded first: for --lint and the UI."""
-        now = time.time()
+        """(retention, entity, fact) under FADING_RETENTION, most faded first, of the facts that can fade
+        (can_fade): for --lint and the UI."""
+        clock = self.meta.clock()
         found = []
         for e in graph.entities:
             for o in e.observations:
-                retention = self.meta.state(e.name, o).retention(now)
-                if retention < FADING_RETENTION:
-                    found.append((retention, e.name, o))
+                if can_fade(e.entityType, o):
+                    retention = self.meta.state(e.name, o).retention(clock)
+                    if retention < FADING_RETENTION:
+                        found.append((retention, e.name, o))
         return sorted(found)
 
     def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
@@ -3355,6 +3655,9 @@ class Memory:
     def _need(self, graph: Graph, name: str) -> Entity:
         entity = graph.get(name)
         if entity is None:
+            renamed = self._renamed_to(graph, name)
+            if renamed:
+                raise ToolError(f"{_q(name)} was renamed to {_q(renamed)}; use the new name")
             hint = self._names_like(graph, name)
             raise ToolError(f"unknown entity {_q(name)}" + (f"; did you mean {', '.join(map(_q, hint))}?" if hint else
                                                             "; create it with create_entities"))
@@ -3367,12 +3670,34 @@ class Memory:
         self.hints_left -= 1
         return self.index.name_finder(graph).suggest(name)
 
+    RENAMES_FOLLOWED = 200  # newest renames in the history looked at for an old name (history keeps 90 days)
+
+    def _renamed_to(self, graph: Graph, name: str) -> str | None:
+        """The entity an old name now goes by, following renames recorded in the history (not undone)."""
+        try:
+            rows = self.meta.conn.execute("SELECT changes FROM history WHERE undone=0 AND summary LIKE 'rename %' "
+                                          "ORDER BY id DESC LIMIT ?", (self.RENAMES_FOLLOWED,)).fetchall()
+        except sqlite3.Error:
+            return None
+        newest: dict[str, str] = {}
+        for (changes,) in rows:
+            for old, new in json.loads(changes).get("renamed", []):
+                newest.setdefault(old, new)
+        seen = {name}
+        while name in newest and newest[name] not in seen:
+            name = newest[name]
+            seen.add(name)
+            if graph.get(name):
+                return name
+        return None
+
     def _pinned(self, entity: str) -> Callable[[str], bool]:
         return lambda text: self.meta.state(entity, text).pinned
 
     # ── adding facts: the write-time curation every path shares ──
     def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
         added, notes, refused = [], [], []
+        this_call: set[str] = set()  # facts of one call never replace each other, nor are named as conflicts
         neighbours = FactNeighbours(entity.observations)
         for text in contents:
             reason = check_new_fact(text, self.settings) or self.anchors.check_new(text)
@@ -3389,16 +3714,18 @@ class Memory:
                 notes.append(f"skipped {_q(text, 60)}: nearly the same as {_q(other)}")
                 continue
             tx.touch(entity.name)
-            if verdict == "supersede" and not self.meta.state(entity.name, other).pinned:
+            if other in this_call:
+                pass
+            elif verdict == "supersede" and not self.meta.state(entity.name, other).pinned:
                 entity.observations.remove(other)
                 neighbours.remove(other)
                 tx.archive(entity.name, [other], f"superseded by {_q(text, 120)}")
                 notes.append(f"replaced {_q(other)} (archived)")
             elif verdict in ("supersede", "conflict"):
-                pinned = " (pinned)" if self.meta.state(entity.name, other).pinned else ""
-                notes.append(f"possible conflict with {_q(other)}{pinned}: both kept; delete the wrong one")
+                notes.append(self._conflict_note(entity.name, other))
             entity.observations.append(text)
             neighbours.add(text)
+            this_call.add(text)
             added.append(text)
             tx.added += 1
         moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name))
@@ -3409,9 +3736,17 @@ class Memory:
             tx.archive(entity.name, moved, why)
             notes.append(f"{len(moved)} oldest dated archived (cap {self.settings.obs_max})")
         if len(entity.observations) > self.settings.obs_max:
-            notes.append(f"over cap {self.settings.obs_max}: undated and pinned facts are never archived; delete stale ones")
+            notes.append(f"over cap {self.settings.obs_max}: undated, pinned and rule/convention/decision facts are "
+                         "never archived; delete stale ones")
         parts = [f"{entity.name}: +{len(added)}, now {len(entity.observations)}"] + notes + refused
         return "; ".join(parts)
+
+    def _conflict_note(self, entity: str, older: str) -> str:
+        """When unsure, say so: the older fact's exact text and the call that would remove it; the agent decides."""
+        pinned = " (pinned)" if self.meta.state(entity, older).pinned else ""
+        call = json.dumps({"deletions": [{"entityName": entity, "observations": [older]}]}, ensure_ascii=False)
+        return f"possible conflict with the older {json.dumps(older, ensure_ascii=False)}{pinned}: both kept; " \
+               f"if it no longer holds: delete_observations {call}"
 
     # ── the nine reference tools ──
     def create_entities(self, entities: list[dict[str, Any]]) -> str:
@@ -3469,13 +3804,21 @@ class Memory:
         return self._mutate(f"create {len(relations)} relation(s)", change)
 
     def _hint(self, graph: Graph, name: str) -> str:
+        renamed = self._renamed_to(graph, name)
+        if renamed:
+            return f" (renamed to {_q(renamed)})"
         hint = self._names_like(graph, name)
         return f" (did you mean {', '.join(map(_q, hint))}?)" if hint else ""
 
     def add_observations(self, observations: list[dict[str, Any]]) -> str:
         def change(tx: Transaction) -> str:
             for item in observations:  # all or nothing, as the reference: an unknown entity saves nothing
-                self._need(tx.graph, item["entityName"])
+                try:
+                    self._need(tx.graph, item["entityName"])
+                except ToolError as err:
+                    others = [n for n in dict.fromkeys(o["entityName"] for o in observations) if tx.graph.get(n)]
+                    either = f" (not to {', '.join(map(_q, others))} either)" if others else ""
+                    raise ToolError(f"Nothing added{either}: {err}; fix the name and send the whole call again") from None
             text = "\n".join(self._add_facts(tx, tx.graph.get(item["entityName"]), item["contents"])
                               for item in observations) or "Nothing to add."
             if tx.refused and not tx.added:
@@ -3657,11 +4000,11 @@ class Memory:
         missing = [n for n in wanted if not graph.get(n)]
         blocks, omitted, size = [], [], 0
         shown_keys = []
-        now = time.time()
+        clock = self.meta.clock()
         for entity in found:
             archived = self.store.archived_count(entity.name)
             head = f"## {entity.name} [{entity.entityType}]" + (f" ({archived} archived)" if archived else "")
-            lines = [head] + [f"- {o}{self._fact_flags(entity.name, o, now)}" for o in entity.observations]
+            lines = [head] + [f"- {o}{self._fact_flags(entity, o, clock)}" for o in entity.observations]
             block = "\n".join(lines)
             if size + len(block) > self.OPEN_LIMIT_CHARS and blocks:
                 omitted.append(entity.name)
@@ -3684,17 +4027,37 @@ class Memory:
         self._learn_probes(shown_names)
         return self._ledger("open_nodes", {"names": names}, text.strip() + "\n".join([""] + self._warnings(graph)).rstrip(), graph)
 
-    def _fact_flags(self, entity: str, text: str, now: float) -> str:
-        state = self.meta.state(entity, text)
+    def _fact_flags(self, entity: Entity, text: str, clock: ActivityClock) -> str:
         flags = []
-        if state.pinned:
+        if self.meta.state(entity.name, text).pinned:
             flags.append("pinned")
         else:
-            r = state.retention(now)
-            if r < FADING_RETENTION:
+            r = self.fading(entity, text, clock)
+            if r is not None:
                 flags.append(f"fading {r:.2f}")
-        note = self.anchors.note(entity, text)
+        note = self.anchors.note(entity.name, text)
         return (f" [{', '.join(flags)}]" if flags else "") + note
+
+    def _conflict_flags(self, graph: Graph, facts: Iterable[ScoredFact]) -> Callable[[str, str], str]:
+        """For recall: which of two facts of one entity among these that were kept as a possible conflict is
+        newer (later in the entity's list: facts are appended as written). Worked out per entity when asked."""
+        by_entity: dict[str, set[str]] = {}
+        for fact in facts:
+            by_entity.setdefault(fact.entity, set()).add(fact.text)
+        found: dict[str, dict[str, str]] = {}
+
+        def flag(entity: str, text: str) -> str:
+            if entity not in found:
+                found[entity] = conflicts_among(graph.get(entity), by_entity.get(entity, set()))
+            return found[entity].get(text, "")
+        return flag
+
+    def fading(self, entity: Entity, text: str, clock: ActivityClock) -> float | None:
+        """The retention of a fact that can fade (can_fade) and is under FADING_RETENTION, else None."""
+        if not can_fade(entity.entityType, text):
+            return None
+        r = self.meta.state(entity.name, text).retention(clock)
+        return r if r < FADING_RETENTION else None
 
     # ── graphmem's own tools ──
     def recall(self, query: str, budget: int | None = None) -> str:
@@ -3706,10 +4069,11 @@ class Memory:
             raise ToolError("empty query: say in a few words what you are about to work on")
         ranking = with_context(self.index.rank_facts(query, self.strength, self.anchors.rank_penalty), graph)
         types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
-        now = time.time()
+        clock = self.meta.clock()
+        conflicts = self._conflict_flags(graph, ranking.facts)
         packed = pack_facts(query, ranking, budget, types,
-                            lambda f: self._fact_flags(f.entity, f.text, now))
-        fading = sum(1 for f in packed.shown if self.strength(f.entity, f.text) < FADING_RETENTION)
+                            lambda f: self._fact_flags(graph.get(f.entity), f.text, clock) + conflicts(f.entity, f.text))
+        fading = sum(1 for f in packed.shown if self.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
         text = packed.text
         extra = []
@@ -3739,7 +4103,7 @@ class Memory:
         elif action == "helpful":
             state.importance = min(1.0, state.importance + 0.25)
             state.stability = min(MAX_STABILITY_H, state.stability * 2.0)
-            state.last_used = time.time()
+            state.last_used = self.meta.now()
             self._learn_probes({entity.name}, fact=text)
             message = f"Noted: {_q(text)} helped (it will fade slower and rank higher)."
         elif action == "not_helpful":
@@ -3936,11 +4300,13 @@ class Memory:
             tx.move_facts([((new, o), (old, o)) for o in facts])
         return "undone"
 
-    def _call(self, run: Callable[[], str]) -> str:
+    def _call(self, run: Callable[[], str], use: bool = True) -> str:
         """Run one call (a tool, or a UI edit) under the lock; its answer ends with a note when memory.db
-        could not be used."""
+        could not be used. use: the call counts as a day of use for the activity clock (maintenance does not)."""
         with self.lock:
             self.meta.begin_call()
+            if use:
+                self.meta.mark_active()
             self.hints_left = HINTS_PER_CALL
             text = run()
             note = self.meta.note()
@@ -3993,6 +4359,28 @@ class Memory:
         now = time.time()
         self.recent = [r for r in self.recent if now - r[0] < self.RECENT_SECONDS][-20:]
         self.recent.append((now, query, shown))
+
+    def add_manual_probe(self, query: str, entity: str, fact: str = "") -> str:
+        """A question recall must keep answering, added by a person: the entity (and fact) must exist now."""
+        graph = self.graph()
+        found = self._need(graph, entity)
+        if fact and fact not in found.observations:
+            listing = ", ".join(_q(o, 60) for o in difflib.get_close_matches(fact, found.observations, n=3, cutoff=0.6))
+            raise ToolError(f"{entity} has no fact {_q(fact)}" + (f"; did you mean {listing}?" if listing else
+                            "; give its exact text (open_nodes lists them)"))
+        if not query.strip():
+            raise ToolError("the probe's question is empty")
+        added = self.meta.add_probe(query, entity, fact, "manual")
+        return "probe added" if added else "probe already recorded"
+
+    def probe_listing(self) -> list[dict[str, Any]]:
+        """Every probe, for the CLI and the UI."""
+        return [{"id": i, "query": q, "entity": e, "fact": f, "source": s} for i, q, e, f, s in self.meta.probe_rows()]
+
+    def remove_probe(self, probe_id: int) -> str:
+        if not self.meta.remove_probe(probe_id):
+            raise ToolError(f"no probe {probe_id}; graphmem --probes lists them")
+        return f"probe {probe_id} removed"
 
     def _learn_probes(self, entities: set[str], fact: str | None = None) -> None:
         """A result the agent went on to open (or rated helpful) answered its query: keep it as a probe."""
@@ -4314,16 +4702,16 @@ class UiApi:
         m = self.memory
         with m.lock:
             graph = m.graph()
-            now = time.time()
+            clock = m.meta.clock()
             archived = self._archived_counts()
             entities = []
             for e in graph.entities:
                 facts = []
                 for text in e.observations:
                     state = m.meta.state(e.name, text)
-                    retention = state.retention(now)
+                    retention = state.retention(clock)
                     facts.append({"text": text, "pinned": state.pinned, "retention": round(retention, 3),
-                                  "fading": retention < FADING_RETENTION, "dated": fact_date(text) is not None,
+                                  "fading": m.fading(e, text, clock) is not None, "dated": fact_date(text) is not None,
                                   "date": fact_date(text), "anchor": m.anchors.status(e.name, text)})
                 entities.append({"name": e.name, "entityType": e.entityType, "facts": facts,
                                  "archived": archived.get(e.name, 0), "overCap": len(e.observations) > m.settings.obs_max})
@@ -5561,8 +5949,13 @@ class PlanOutdated(Exception):
     """The graph changed between planning a compaction and taking the lock to apply it: plan again."""
 
 
-def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
+PLAN_LINES_SHOWN = 200  # facts listed by --compact before "and N more" (--all lists every one); a screenful or few
+
+
+def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str, int]:
     """Archive overflow and faded facts, unless the recall guardrail says a probe would be lost.
+    With no probes at all there is nothing to guard recall with: faded facts are then kept (only the cap,
+    which every write applies anyway, archives anything).
 
     The plan and the guardrail's probes run without the writer lock (they take seconds on a big graph);
     the lock is taken only to apply a plan made on the file as it still is, else it plans again.
@@ -5570,8 +5963,8 @@ def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         graph = memory.graph()
         planned_on = memory.store.cached_key()
-        plan = compact_plan(memory, graph)
-        lines = describe_plan(plan)
+        plan, kept = unguarded_fades_kept(memory, compact_plan(memory, graph))
+        lines = describe_plan(memory, graph, plan, show_all) + kept
         guard, verdict_ok = compact_guardrail(memory, graph, plan)
         lines += guard
         moved = sum(len(v) for v in plan.values())
@@ -5585,7 +5978,7 @@ def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
         backup = memory.store.backup_now("before-compact")
         try:
             memory._call(lambda: memory._mutate(f"compact: archived {moved} fact(s)",
-                                                lambda tx: apply_compact_plan(tx, plan, planned_on)))
+                                                lambda tx: apply_compact_plan(tx, plan, planned_on)), use=False)
         except PlanOutdated:
             log(f"the graph changed while compact planned; planning again ({attempt}/{WRITE_ATTEMPTS})")
             continue
@@ -5596,26 +5989,54 @@ def compact(memory: Memory, dry_run: bool) -> tuple[str, int]:
 
 
 def compact_plan(memory: Memory, graph: Graph) -> dict[str, list[tuple[str, str]]]:
-    """{entity: [(fact, why)]}: dated facts over the cap, and unpinned facts faded past FADED_RETENTION."""
-    s, now = memory.settings, time.time()
+    """{entity: [(fact, why)]}: dated facts over the cap, and unpinned facts that can fade (can_fade: dated,
+    not of a rule, convention or decision) faded past FADED_RETENTION on the activity clock."""
+    s, clock = memory.settings, memory.meta.clock()
     plan: dict[str, list[tuple[str, str]]] = {}
     for e in graph.entities:
         over = overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))
-        faded = [o for o in e.observations if o not in over and not memory.meta.state(e.name, o).pinned
-                 and memory.meta.state(e.name, o).retention(now) < FADED_RETENTION]
+        faded = [o for o in e.observations if o not in over and can_fade(e.entityType, o)
+                 and memory.meta.state(e.name, o).retention(clock) < FADED_RETENTION]
         moves = [(o, "compacted (over cap)") for o in over] + [(o, "compacted (faded)") for o in faded]
         if moves:
             plan[e.name] = moves
     return plan
 
 
-def describe_plan(plan: dict[str, list[tuple[str, str]]]) -> list[str]:
+def unguarded_fades_kept(memory: Memory, plan: dict[str, list[tuple[str, str]]]
+                         ) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """(plan, note): with no probes, the plan without its faded facts (conservative: nothing to check them against)."""
+    if memory.meta.probes():
+        return plan, []
+    kept = {name: [m for m in moves if m[1] != "compacted (faded)"] for name, moves in plan.items()}
+    faded = sum(len(plan[name]) - len(moves) for name, moves in kept.items())
+    note = [f"kept {faded} faded fact(s): no probes to check recall against yet (they are learned when an agent "
+            "opens what recall found, or add one with --probe)"] if faded else []
+    return {name: moves for name, moves in kept.items() if moves}, note
+
+
+def describe_plan(memory: Memory, graph: Graph, plan: dict[str, list[tuple[str, str]]], show_all: bool) -> list[str]:
+    """Every fact the plan archives, with its reason; past PLAN_LINES_SHOWN, how many more and how to see them."""
     moved = sum(len(v) for v in plan.values())
     lines = [f"plan: archive {moved} fact(s) from {len(plan)} entit{'y' if len(plan) == 1 else 'ies'}"]
-    for name, moves in list(plan.items())[:50]:
-        for text, why in moves[:10]:
-            lines.append(f"  {name}: {why.split('(')[1][:-1]}: {short(text, 80)}")
+    clock = memory.meta.clock()
+    for name, moves in plan.items():
+        for text, why in moves:
+            if not show_all and len(lines) > PLAN_LINES_SHOWN:
+                return lines + [f"  … and {moved - PLAN_LINES_SHOWN} more: graphmem --compact --dry-run --all lists every one"]
+            lines.append(f"  {name}: {why.split('(')[1][:-1]}: {text}  ({plan_reason(memory, graph, name, text, why, clock)})")
     return lines
+
+
+def plan_reason(memory: Memory, graph: Graph, name: str, text: str, why: str, clock: ActivityClock) -> str:
+    """Why a planned fact leaves the active graph, in numbers a person can check."""
+    if why == "compacted (faded)":
+        state = memory.meta.state(name, text)
+        days = clock.active_hours_since(state.last_used) / 24.0
+        return (f"dated, retention {state.retention(clock):.2f} < {FADED_RETENTION}: not used in {days:.0f} "
+                f"day(s) of use, half-life {state.stability / 24.0:.0f}")
+    entity = graph.get(name)
+    return f"oldest dated of {len(entity.observations) if entity else '?'} facts, over the cap of {memory.settings.obs_max}"
 
 
 def compact_guardrail(memory: Memory, graph: Graph, plan: dict[str, list[tuple[str, str]]]) -> tuple[list[str], bool]:
@@ -5651,6 +6072,30 @@ def apply_compact_plan(tx: Transaction, plan: dict[str, list[tuple[str, str]]],
             entity.observations.remove(text)
             tx.archive(name, [text], why)
     return "compacted"
+
+
+def manage_probes(memory: Memory, args: argparse.Namespace) -> int:
+    """--probe (checked against the graph), --probes (listed with ids), --remove-probe ID."""
+    if args.probe and not args.expect:
+        raise ConfigError("--probe needs --expect ENTITY (and optionally --fact TEXT)")
+    try:
+        if args.probe:
+            print(memory.add_manual_probe(args.probe, args.expect, args.fact or ""))
+        for probe_id in args.remove_probe or []:
+            print(memory.remove_probe(probe_id))
+        if args.probes:
+            rows = memory.probe_listing()
+            print(f"{len(rows)} probe(s); --remove-probe ID removes one" if rows else
+                  "no probes yet: they are learned when an agent opens what recall found, or add one with --probe")
+            for p in rows:
+                print(f"  {p['id']} [{p['source']}] {_q(p['query'])} -> {p['entity']}" + (f": {p['fact']}" if p["fact"] else ""))
+    except ToolError as err:
+        print(f"graphmem: {err}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as err:
+        print(f"graphmem: {describe_db_error(memory.meta.path, err)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def report(memory: Memory) -> str:
@@ -5914,8 +6359,12 @@ def seed_demo_metadata(settings: Settings) -> None:
         with memory.meta.write() as conn:  # today's rows hold just these calls: move them to their day
             conn.execute("UPDATE ledger_days SET day = date(?, 'unixepoch') WHERE day = date(?, 'unixepoch')",
                          (now - day * 86400.0, now))
+    with memory.meta.write() as conn:  # two months of use (the activity clock), so unused dated facts fade
+        conn.executemany("INSERT OR IGNORE INTO active_days(day) VALUES (?)",
+                         [(int(now // DAY_SECONDS) - day,) for day in range(60)])
     facts = [(e.name, o) for e in graph.entities for o in e.observations]
-    for entity, text in rng.sample(facts, 6):  # not looked at for two months: fading
+    fadeable = [(e.name, o) for e in graph.entities for o in e.observations if can_fade(e.entityType, o)]
+    for entity, text in rng.sample(fadeable, min(6, len(fadeable))):  # not looked at in those two months: fading
         state = memory.meta.state(entity, text)
         state.last_used = now - 60 * 86400
         state.pinned = False
@@ -5966,10 +6415,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lint", action="store_true", help="read-only health report of the graph")
     p.add_argument("--compact", action="store_true", help="archive overflow and faded facts (guarded by probes)")
     p.add_argument("--dry-run", action="store_true", help="with --compact: show the plan, change nothing")
+    p.add_argument("--all", action="store_true", help="with --compact: list every planned fact (default: the first 200)")
     p.add_argument("--report", action="store_true", help="tokens and dollars saved, per tool and client")
     p.add_argument("--probe", metavar="QUERY", help="add a guardrail probe: a question recall must keep answering")
     p.add_argument("--expect", metavar="ENTITY", help="with --probe: the entity that answers it")
     p.add_argument("--fact", metavar="TEXT", help="with --probe: the exact fact that answers it")
+    p.add_argument("--probes", action="store_true", help="list the guardrail probes (learned and added), with ids")
+    p.add_argument("--remove-probe", metavar="ID", type=int, action="append", help="remove a guardrail probe by id")
     p.add_argument("--protocol", action="store_true", help="print AGENT-PROTOCOL.md (for AGENTS.md / CLAUDE.md)")
     p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
     p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
@@ -6021,14 +6473,10 @@ def main(argv: list[str] | None = None) -> int:
             return markdown_command(settings, args.export, args.import_path)
         if args.ui is not None:
             return serve_ui(settings, args.ui, not args.no_open, args.demo)
-        if args.lint or args.compact or args.report or args.probe:
+        if args.lint or args.compact or args.report or args.probe or args.probes or args.remove_probe:
             memory = Memory(settings, "cli")
-            if args.probe:
-                if not args.expect:
-                    raise ConfigError("--probe needs --expect ENTITY (and optionally --fact TEXT)")
-                added = memory.meta.add_probe(args.probe, args.expect, args.fact or "", "manual")
-                print("probe added" if added else "probe already recorded")
-                return 0
+            if args.probe or args.probes or args.remove_probe:
+                return manage_probes(memory, args)
             if args.lint and args.fix:
                 before = memory.store.read()
                 markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
@@ -6040,7 +6488,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.report:
                 print(report(memory))
                 return 0
-            text, code = compact(memory, args.dry_run)
+            text, code = compact(memory, args.dry_run, args.all)
             print(text)
             return code
         return serve_stdio(settings)

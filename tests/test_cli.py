@@ -248,6 +248,8 @@ def test_report_on_a_new_store_and_after_use(tmp_path):
 
 def test_manual_probe(tmp_path):
     env = {"MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}
+    (tmp_path / "memory.jsonl").write_text(json.dumps({"type": "entity", "name": "shop-api", "entityType": "service",
+                                                       "observations": ["deploys from prod"]}))
     assert run("--probe", "deploy branch", env=env).returncode == 2
     done = run("--probe", "deploy branch", "--expect", "shop-api", "--fact", "deploys from prod", env=env)
     assert done.returncode == 0 and "probe added" in done.stdout.decode()

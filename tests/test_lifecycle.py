@@ -55,10 +55,20 @@ def db_row(mem, entity, text):
 
 
 def set_age(mem, keys, hours):
+    """Last used `hours` ago (whole days), with the memory used on every day since: the activity clock counts them."""
     now = time.time()
     for key in keys:
         mem.meta.state(*key).last_used = now - hours * HOUR
     mem.meta.save_states(keys)
+    use_days(mem, int(hours // 24))
+
+
+def use_days(mem, days):
+    """The memory was used on each of the last `days` days (and today)."""
+    today = int(time.time() // 86400)
+    with mem.meta.write() as conn:
+        conn.executemany("INSERT OR IGNORE INTO active_days(day) VALUES (?)", [(today - d,) for d in range(days + 1)])
+    mem.meta.days = tuple(d for (d,) in mem.meta.conn.execute("SELECT day FROM active_days ORDER BY day"))
 
 
 # ---------------------------------------------------------------- write-time curation
@@ -100,11 +110,20 @@ def test_supersede_archives_the_old_value_and_says_so(tmp_path):
 
 
 def test_supersede_of_a_number(tmp_path):
+    mem = make_memory(tmp_path, [("Staging", "env", ["staging port is 8080"])])
+    text = call(mem, "add_observations", {"observations": [{"entityName": "Staging",
+                                                            "contents": ["staging port is 9090"]}]})
+    assert 'replaced "staging port is 8080" (archived)' in text
+    assert facts_of(mem, "Staging") == ["staging port is 9090"]
+
+
+def test_a_new_number_after_another_verb_is_a_possible_conflict(tmp_path):
+    """"runs on port 8080" / "9090" could both hold (two services, a list): kept both, the older one named."""
     mem = make_memory(tmp_path, [("Staging", "env", ["staging runs on port 8080"])])
     text = call(mem, "add_observations", {"observations": [{"entityName": "Staging",
                                                             "contents": ["staging runs on port 9090"]}]})
-    assert 'replaced "staging runs on port 8080" (archived)' in text
-    assert facts_of(mem, "Staging") == ["staging runs on port 9090"]
+    assert 'possible conflict with the older "staging runs on port 8080": both kept' in text
+    assert facts_of(mem, "Staging") == ["staging runs on port 8080", "staging runs on port 9090"]
 
 
 def test_dated_events_with_different_dates_are_both_kept(tmp_path):
@@ -127,7 +146,7 @@ def test_pinned_fact_is_never_superseded(tmp_path):
     call(mem, "mark_fact", {"entityName": "Api", "observation": "deploy branch is main", "action": "pin"})
     text = call(mem, "add_observations", {"observations": [{"entityName": "Api",
                                                             "contents": ["deploy branch is prod"]}]})
-    assert 'possible conflict with "deploy branch is main" (pinned): both kept' in text
+    assert 'possible conflict with the older "deploy branch is main" (pinned): both kept' in text
     assert "replaced" not in text
     assert file_facts(mem, "Api") == ["deploy branch is main", "deploy branch is prod"]
     assert mem.store.read_archive("Api") == []
@@ -142,7 +161,7 @@ def test_pinned_fact_is_never_superseded(tmp_path):
 def test_negation_flip_is_a_possible_conflict_both_kept(tmp_path, old, new):
     mem = make_memory(tmp_path, [("Api", "service", [old])])
     text = call(mem, "add_observations", {"observations": [{"entityName": "Api", "contents": [new]}]})
-    assert f'possible conflict with "{old}"' in text and "both kept" in text
+    assert f'possible conflict with the older "{old}"' in text and "both kept" in text
     assert file_facts(mem, "Api") == [old, new]
     assert mem.store.read_archive("Api") == []
 
@@ -288,12 +307,12 @@ def test_new_fact_state(tmp_path):
     assert state.stability == ms.NEW_FACT_STABILITY_H == 168.0
     assert state.importance == 0.5 and state.uses == 0 and not state.pinned
     assert t0 - 1 <= state.last_used <= time.time()
-    assert state.retention(time.time()) == pytest.approx(1.0, abs=1e-4)
+    assert state.retention(mem.meta.clock()) == pytest.approx(1.0, abs=1e-4)
     last_used, uses, stability, importance, pinned = db_row(mem, "Api", "written in Go")
     assert (uses, stability, importance, pinned) == (0, 168.0, 0.5, 0)
 
 
-@pytest.mark.parametrize("hours", [1, 24, 168, 336, 1000, 5000])
+@pytest.mark.parametrize("hours", [24, 168, 336, 1008, 4992])
 def test_retention_formula(tmp_path, hours):
     mem = make_memory(tmp_path, [("Api", "service", ["written in Go"])])
     mem.graph()
@@ -301,7 +320,7 @@ def test_retention_formula(tmp_path, hours):
     set_age(mem, [key], hours)
     expected = 0.5 ** (hours / 168.0)
     assert mem.strength(*key) == pytest.approx(expected, rel=1e-4)
-    assert mem.meta.states[key].retention(time.time()) == pytest.approx(expected, rel=1e-4)
+    assert mem.meta.states[key].retention(mem.meta.clock()) == pytest.approx(expected, rel=1e-4)
     # a second process sees the same state
     other = ms.Memory(mem.settings, client="other")
     other.graph()
@@ -309,12 +328,13 @@ def test_retention_formula(tmp_path, hours):
 
 
 def test_fading_fact_is_flagged_in_open_nodes(tmp_path):
-    mem = make_memory(tmp_path, [("Api", "service", ["written in Go", "runs on port 8080"])])
+    """Only a dated (event) fact shows as fading; an undated identity fact of the same age never does."""
+    mem = make_memory(tmp_path, [("Api", "service", ["2026-01-05: deployed 1.0", "written in Go", "runs on port 8080"])])
     mem.graph()
-    set_age(mem, [("Api", "written in Go")], 336)  # retention 0.25 < 0.3
+    set_age(mem, [("Api", "2026-01-05: deployed 1.0"), ("Api", "written in Go")], 336)  # retention 0.25 < 0.3
     text = call(mem, "open_nodes", {"names": ["Api"]})
-    assert "- written in Go [fading 0.25]" in text
-    assert "- runs on port 8080\n" in text + "\n"
+    assert "- 2026-01-05: deployed 1.0 [fading 0.25]" in text
+    assert "- written in Go\n" in text and "- runs on port 8080\n" in text + "\n"
 
 
 @pytest.mark.parametrize("tool", ["recall", "open_nodes"])
@@ -410,7 +430,7 @@ def test_decay_alone_never_deletes_a_fact(tmp_path):
     call(mem, "read_graph", {})
     call(mem, "search_nodes", {"query": "go"})
     call(mem, "add_observations", {"observations": [{"entityName": "Web", "contents": ["served from a CDN"]}]})
-    assert "fading facts (retention < 0.3): 4" in ms.lint_report(mem)
+    assert "fading facts (retention < 0.3): 1" in ms.lint_report(mem)  # only the dated one can fade
     fresh = ms.Memory(mem.settings, client="later")
     assert file_facts(fresh, "Api") == facts
     assert file_facts(fresh, "Web") == ["uses React", "served from a CDN"]
@@ -419,11 +439,11 @@ def test_decay_alone_never_deletes_a_fact(tmp_path):
 
 # ---------------------------------------------------------------- guardrail and compact
 GUARD_GRAPH = [
-    ("Api", "service", ["deploy branch is main", "runs on port 8080", "old staging host was box12"]),
-    ("Web", "service", ["uses react", "legacy jquery plugin removed"]),
+    ("Api", "service", ["2026-01-07: deploy branch is main", "runs on port 8080", "2026-01-05: old staging host was box12"]),
+    ("Web", "service", ["uses react", "2026-01-06: legacy jquery plugin removed"]),
 ]
-FADED = [("Api", "old staging host was box12"), ("Web", "legacy jquery plugin removed"),
-         ("Api", "deploy branch is main")]
+FADED = [("Api", "2026-01-05: old staging host was box12"), ("Web", "2026-01-06: legacy jquery plugin removed"),
+         ("Api", "2026-01-07: deploy branch is main")]
 
 
 def guarded_memory(tmp_path, **env):
@@ -441,12 +461,12 @@ def snapshot(folder):
 def test_probes_are_learned_from_real_use(tmp_path):
     mem = make_memory(tmp_path, GUARD_GRAPH)
     recall = call(mem, "recall", {"query": "deploy branch"})
-    assert "deploy branch is main" in recall
+    assert "2026-01-07: deploy branch is main" in recall
     assert mem.meta.probes() == []  # recall alone is not evidence
     call(mem, "open_nodes", {"names": ["Web"]})  # not returned by that recall: no probe
     assert mem.meta.probes() == []
     call(mem, "open_nodes", {"names": ["Api"]})
-    assert ("deploy branch", "Api", "deploy branch is main", "auto") in mem.meta.probes()
+    assert ("deploy branch", "Api", "2026-01-07: deploy branch is main", "auto") in mem.meta.probes()
     assert all(p[3] == "auto" and p[1] == "Api" for p in mem.meta.probes())
     # rating a recalled fact helpful records exactly that fact
     call(mem, "recall", {"query": "react"})
@@ -461,7 +481,7 @@ def test_probes_are_learned_from_real_use(tmp_path):
 
 def test_compact_dry_run_changes_nothing_and_shows_the_plan(tmp_path):
     mem = guarded_memory(tmp_path)
-    mem.meta.add_probe("deploy branch", "Api", "deploy branch is main", "manual")
+    mem.meta.add_probe("deploy branch", "Api", "2026-01-07: deploy branch is main", "manual")
     before = snapshot(tmp_path)
     states_before = {k: (v.last_used, v.stability) for k, v in mem.meta.states.items()}
     text, code = ms.compact(mem, dry_run=True)
@@ -477,14 +497,14 @@ def test_compact_dry_run_changes_nothing_and_shows_the_plan(tmp_path):
 
 def test_compact_rolls_back_when_a_probe_would_fail(tmp_path):
     mem = guarded_memory(tmp_path)
-    mem.meta.add_probe("deploy branch", "Api", "deploy branch is main", "manual")
+    mem.meta.add_probe("deploy branch", "Api", "2026-01-07: deploy branch is main", "manual")
     mem.meta.add_probe("react", "Web", "uses react", "manual")
     before = snapshot(tmp_path)
     history = mem.meta.conn.execute("SELECT count(*) FROM history").fetchone()[0]
     text, code = ms.compact(mem, dry_run=False)
     assert code == 1
     assert "hit rate 100.0% now, 50.0% after" in text and "FAIL" in text
-    assert 'would fail: "deploy branch" -> Api: deploy branch is main' in text
+    assert 'would fail: "deploy branch" -> Api: 2026-01-07: deploy branch is main' in text
     assert "rolled back: nothing changed" in text
     assert snapshot(tmp_path) == before  # memory.jsonl byte-identical, no archive, no backup
     assert not (tmp_path / "archive").exists()
@@ -494,7 +514,9 @@ def test_compact_rolls_back_when_a_probe_would_fail(tmp_path):
 
 def test_compact_rolls_back_on_an_entity_probe(tmp_path):
     mem = guarded_memory(tmp_path)
-    set_age(mem, [("Web", "uses react")], 24 * 365)  # every Web fact faded
+    call(mem, "delete_observations", {"deletions": [{"entityName": "Web", "observations": ["uses react"]}]})
+    call(mem, "add_observations", {"observations": [{"entityName": "Web", "contents": ["2026-01-08: moved to react"]}]})
+    set_age(mem, [("Web", "2026-01-08: moved to react")], 24 * 365)  # every Web fact faded
     mem.meta.add_probe("jquery react", "Web", "", "manual")
     before = snapshot(tmp_path)
     text, code = ms.compact(mem, dry_run=False)
@@ -504,31 +526,31 @@ def test_compact_rolls_back_on_an_entity_probe(tmp_path):
 
 def test_compact_commits_when_no_probe_would_fail(tmp_path):
     mem = guarded_memory(tmp_path)
-    call(mem, "mark_fact", {"entityName": "Api", "observation": "deploy branch is main", "action": "pin"})
-    mem.meta.add_probe("deploy branch", "Api", "deploy branch is main", "manual")
+    call(mem, "mark_fact", {"entityName": "Api", "observation": "2026-01-07: deploy branch is main", "action": "pin"})
+    mem.meta.add_probe("deploy branch", "Api", "2026-01-07: deploy branch is main", "manual")
     mem.meta.add_probe("react", "Web", "uses react", "manual")
     text, code = ms.compact(mem, dry_run=False)
     assert code == 0, text
     assert "plan: archive 2 fact(s) from 2 entities" in text
     assert "hit rate 100.0% now, 100.0% after" in text and "pass" in text
     assert "archived 2 fact(s)" in text
-    assert file_facts(mem, "Api") == ["deploy branch is main", "runs on port 8080"]
+    assert file_facts(mem, "Api") == ["2026-01-07: deploy branch is main", "runs on port 8080"]
     assert file_facts(mem, "Web") == ["uses react"]
     assert [(a.text, a.why) for a in mem.store.read_archive("Api")] == [
-        ("old staging host was box12", "compacted (faded)")]
+        ("2026-01-05: old staging host was box12", "compacted (faded)")]
     assert [(a.text, a.why) for a in mem.store.read_archive("Web")] == [
-        ("legacy jquery plugin removed", "compacted (faded)")]
+        ("2026-01-06: legacy jquery plugin removed", "compacted (faded)")]
     assert list((tmp_path / "backups").glob("*before-compact*"))
     # restorable
-    text = call(mem, "archived_observations", {"entityName": "Api", "restore": ["old staging host was box12"]})
+    text = call(mem, "archived_observations", {"entityName": "Api", "restore": ["2026-01-05: old staging host was box12"]})
     assert "Restored 1 fact(s) to Api" in text
-    assert "old staging host was box12" in file_facts(mem, "Api")
+    assert "2026-01-05: old staging host was box12" in file_facts(mem, "Api")
     assert mem.store.read_archive("Api") == []
 
 
 def test_compact_within_the_allowed_drop_commits(tmp_path):
     mem = guarded_memory(tmp_path, MEMORY_GUARDRAIL_MAX_DROP=0.5)
-    mem.meta.add_probe("deploy branch", "Api", "deploy branch is main", "manual")
+    mem.meta.add_probe("deploy branch", "Api", "2026-01-07: deploy branch is main", "manual")
     mem.meta.add_probe("react", "Web", "uses react", "manual")
     text, code = ms.compact(mem, dry_run=False)
     assert code == 0, text
@@ -536,17 +558,17 @@ def test_compact_within_the_allowed_drop_commits(tmp_path):
     assert file_facts(mem, "Api") == ["runs on port 8080"]
 
 
-def test_compact_without_probes_says_so_and_commits(tmp_path):
+def test_compact_without_probes_is_conservative(tmp_path):
+    """Issue 10 item 1: with no probes there is nothing to guard recall with: faded facts are kept."""
     mem = guarded_memory(tmp_path)
+    before = mem.settings.file_path.read_bytes()
     text, code = ms.compact(mem, dry_run=False)
     assert code == 0
     assert "no probes recorded yet" in text
-    assert "archived 3 fact(s)" in text
-    assert file_facts(mem, "Api") == ["runs on port 8080"]
-    assert file_facts(mem, "Web") == ["uses react"]
-    assert len(mem.store.read_archive("Api")) == 2
-    text, code = ms.compact(mem, dry_run=False)
-    assert code == 0 and "plan: archive 0 fact(s)" in text and "nothing to do." in text
+    assert "plan: archive 0 fact(s)" in text and "kept 3 faded fact(s): no probes" in text
+    assert "nothing to do." in text
+    assert mem.settings.file_path.read_bytes() == before
+    assert mem.store.read_archive("Api") == []
 
 
 def test_compact_never_archives_pinned_or_fresh_facts(tmp_path):
@@ -572,7 +594,8 @@ def test_compact_archives_the_oldest_dated_facts_over_the_cap(tmp_path):
 
 
 def test_compact_can_be_undone(tmp_path):
-    mem = guarded_memory(tmp_path)
+    mem = guarded_memory(tmp_path, MEMORY_GUARDRAIL_MAX_DROP=1.0)
+    mem.meta.add_probe("react", "Web", "uses react", "manual")
     ms.compact(mem, dry_run=False)
     assert file_facts(mem, "Api") == ["runs on port 8080"]
     assert mem.undo().startswith("Undone: compact")

@@ -1391,7 +1391,7 @@ def estimate_tokens(text: str) -> int:
 # paraphrase question of tools/bench_corpus.py may appear here (tests/test_recall.py checks): that corpus
 # measures what the word table finds, not what this list was written to find.
 SYNONYM_GROUPS = [
-    "deploy rollout publish", "db database postgres postgresql mysql sqlite", "bug defect issue",
+    "deploy rollout publish", "db postgres postgresql mysql sqlite", "bug defect issue",
     "error failure exception crash", "config configuration setting settings", "auth authentication login signin",
     "test tests testing spec", "doc docs documentation readme", "dependency dependencies dep deps package",
     "start launch boot", "halt kill", "delete remove drop", "create add new", "fast speed latency performance",
@@ -1538,6 +1538,15 @@ class WordTable:
     def is_phrase(self, words: str) -> bool:
         """A 2-3 word key of the table ("south africa", "give back")."""
         return words in self.sections().get("query", {}) or words in self.narrower()
+
+
+def word_table_status() -> str:
+    """One line for --lint: is the word table there, and what it was built from."""
+    table = word_table()
+    if not table.available:
+        return (f"word table: {WORD_TABLE_FILE} not found or unreadable; recall works, but finds paraphrases "
+                "(a question in other words than the fact) less often. Reinstall graphmem to restore it.")
+    return f"word table: {table.path} ({len(table.sections()['query']):,} words and phrases; {table.header()[:80]}…)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -1728,9 +1737,9 @@ def query_terms(query: str, occurs: Callable[[str], bool] = lambda s: False) -> 
             variants.append((s[:5], PREFIX_WEIGHT))
         variants += [(syn, SYNONYM_WEIGHT) for syn in SYNONYMS.get(s, ())]
         terms.append(Term(word, variants, related_words(word, {v for v, _ in variants}, occurs(s))))
-    for phrase in table_phrases(tokens):
+    for phrase, key in table_phrases(tokens):
         own = stem_phrase(phrase)
-        terms.append(Term(phrase, [], [(own, 1.0)] + related_words(phrase, {own}, occurs(own)), phrase=True))
+        terms.append(Term(phrase, [], [(own, 1.0)] + related_words(key, {own}, occurs(own)), phrase=True))
     return terms
 
 
@@ -1743,11 +1752,22 @@ def related_words(word: str, own: set[str], in_graph: bool) -> list[tuple[str, f
     return sorted(picked, key=lambda item: (-item[1], item[0]))[:TABLE_NEIGHBOURS]
 
 
-def table_phrases(tokens: list[str]) -> list[str]:
-    """Runs of 2-3 adjacent query words the word table knows as one ("south africa", "give back")."""
+def table_phrases(tokens: list[str]) -> list[tuple[str, str]]:
+    """(words, table key) for runs of 2-3 adjacent query words the word table knows as one ("south africa";
+    "giving back" as "give back", "purchase records" as "purchase record": first or last word inflected)."""
     table = word_table()
-    runs = [" ".join(tokens[i:i + n]) for n in (2, 3) for i in range(len(tokens) - n + 1)]
-    return [r for r in dict.fromkeys(runs) if not all(w in STOP_WORDS for w in r.split()) and table.is_phrase(r)]
+    found = []
+    for n in (2, 3):
+        for i in range(len(tokens) - n + 1):
+            run = tokens[i:i + n]
+            if run[0] in STOP_WORDS or run[-1] in STOP_WORDS:
+                continue  # "go to", "set up": a particle phrase relates to too much (LoCoMo tune half)
+            keys = [" ".join([base] + run[1:]) for base in table.base_forms(run[0])] + \
+                [" ".join(run[:-1] + [base]) for base in table.base_forms(run[-1])[1:]]
+            key = next((k for k in keys if table.is_phrase(k)), None)
+            if key:
+                found.append((" ".join(run), key))
+    return list(dict.fromkeys(found))
 
 
 @dataclasses.dataclass
@@ -4984,6 +5004,7 @@ def lint_report(memory: Memory) -> str:
     lines.append(f"fading facts (retention < {FADING_RETENTION}): {len(fading)}")
     lines += [f"  {r:.2f} {name}: {short(o, 70)}" for r, name, o in fading[:20]]
     lines += memory.anchors.lint(graph)
+    lines.append(word_table_status())
     lines.append("Read-only: the graph was not changed. --compact archives overflow and faded facts (guarded).")
     return "\n".join(lines)
 

@@ -11,7 +11,8 @@ tie-breaks). The header names every input file with its sha256, so a rebuild can
 Three sections (design and weights: notes/relevance.md, measured in a spike outside the project):
   [query]  key -> up to QUERY_NEIGHBOURS related words, for expanding a query's words.
            Keys: every WordNet lemma with a sense-tagged count (SemCor, shipped with WordNet:
-           the only word frequency used, and only here, to choose keys), phrases included.
+           the only word frequency used, and only here, to choose keys), and 2-3 word lemmas
+           made of such words ("give back").
   [index]  key -> up to INDEX_NEIGHBOURS broader words, for generalising a fact's words when it
            is indexed: synonyms, hypernyms and the "part of" chain
            (Cape Town -> South Africa -> Africa).
@@ -198,6 +199,12 @@ def common(wn: WordNet, word: str) -> bool:
     return wn.tagged.get(word, 0) > 0
 
 
+def plain_phrase(wn: WordNet, lemma: str) -> bool:
+    """A 2-3 word lemma made of common words ("give back", "sum of money"): a query says it in those words."""
+    words = lemma.split(" ")
+    return 2 <= len(words) <= 3 and all(common(wn, w) for w in words)
+
+
 def top(found: dict[str, int], limit: int, keep: "callable") -> list[tuple[str, int]]:
     """The strongest neighbours worth keeping, ties broken by the word: the output is deterministic."""
     kept = [(w, v) for w, v in found.items() if keep(w)]
@@ -210,7 +217,7 @@ def line(key: str, neighbours: list[tuple[str, int]]) -> str:
 
 def build(wn: WordNet) -> tuple[list[str], list[str], list[str]]:
     """The three sections' lines, sorted by key."""
-    keys = sorted(k for k in wn.senses if common(wn, k) and "\t" not in k and "|" not in k)
+    keys = sorted(k for k in wn.senses if (common(wn, k) or plain_phrase(wn, k)) and "\t" not in k and "|" not in k)
     query, index = [], []
     for key in keys:
         near = top(query_neighbours(wn, key), QUERY_NEIGHBOURS, lambda w: common(wn, w))

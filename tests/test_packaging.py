@@ -1,5 +1,6 @@
 """A real install into a fresh venv: the `graphmem` command works, --config names it, and ui.html /
-AGENT-PROTOCOL.md ship in the wheel. The README's test command is the one CI runs; the licence is there."""
+AGENT-PROTOCOL.md / wordtable.tsv.gz ship in the wheel. The README's test command is the one CI runs; the
+licence is there."""
 from __future__ import annotations
 
 import json
@@ -33,6 +34,9 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
     installed_ui = subprocess.run([str(python), "-c", "import memory_server as m; print(m.asset_path('ui.html'))"],
                                   capture_output=True, env=env, cwd=tmp_path, text=True).stdout.strip()
     assert installed_ui.startswith(str(env_dir)) and Path(installed_ui).read_bytes() == (ROOT / "ui.html").read_bytes()
+    installed_table = subprocess.run([str(python), "-c", "import memory_server as m; print(m.word_table().path)"],
+                                     capture_output=True, env=env, cwd=tmp_path, text=True).stdout.strip()
+    assert installed_table.startswith(str(env_dir)) and Path(installed_table).read_bytes() == (ROOT / "wordtable.tsv.gz").read_bytes()
     reply = subprocess.run([str(graphmem)], input=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
                            capture_output=True, env=env, cwd=tmp_path, timeout=30)
     assert json.loads(reply.stdout)["result"] == {}

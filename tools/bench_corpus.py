@@ -16,6 +16,14 @@ releases?" for "deploys go out from the prod branch every Tuesday ...").
 kind "keyword": the question shares its key words with the fact.
 The questions were written from the point of view of a colleague asking, not
 tuned to any retrieval algorithm.
+
+THIS IS A TUNING SET. Recall's constants were looked at against it, so its figures are tuned
+figures: the README reports them as such, beside LoCoMo's untouched report half. No word of its
+paraphrase questions may appear in the server's SYNONYM_GROUPS (tests/test_recall.py checks), and
+the word table is built from WordNet alone (tools/build_wordtable.py), never from these questions.
+
+kind "typo": generated from each keyword question by `typo_questions()`: two adjacent letters in
+the middle of its longest word swapped ("reindex" -> "reidnex"), the slip a hurried agent makes.
 """
 
 ENTITIES = [
@@ -962,6 +970,23 @@ def questions():
                 raise ValueError("question %r: %r matches %d facts of %r" % (q, sub, len(hits), ent))
             resolved.append((ent, hits[0]))
         out.append({"q": q, "kind": kind, "expect": resolved})
+    return out
+
+
+def typo_questions():
+    """Each keyword question with one slip: the middle two letters of its longest word (6+ letters) swapped."""
+    out = []
+    for q in questions():
+        if q["kind"] != "keyword":
+            continue
+        words = sorted((w for w in q["q"].replace("?", " ").split() if w.isalpha() and len(w) >= 6),
+                       key=lambda w: (-len(w), w))
+        if not words:
+            continue
+        word = words[0]
+        mid = len(word) // 2
+        slip = word[:mid - 1] + word[mid] + word[mid - 1] + word[mid + 1:]
+        out.append({"q": q["q"].replace(word, slip, 1), "kind": "typo", "expect": q["expect"]})
     return out
 
 

@@ -1275,26 +1275,47 @@ class MetaStore:
                 self.states[(row[0], row[1])] = FactState(row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8])
             self.days = tuple(day for (day,) in self.conn.execute("SELECT day FROM active_days ORDER BY day"))
         live = {(db_text(e.name), db_text(o)) for e in graph.entities for o in e.observations}
-        missing = live.difference(self.states)
-        gone = [key for key in self.states if key not in live]
-        if missing or gone:
-            now = self.now()
-            with self.write():
-                for key in missing:
-                    self.states[key] = FactState(now, now, client=client)
-                self.conn.executemany(
-                    "INSERT OR IGNORE INTO facts(entity, text, created, last_used, stability, client) VALUES (?,?,?,?,?,?)",
-                    [(e, t, now, now, NEW_FACT_STABILITY_H, client) for e, t in missing])
-                self.conn.executemany("DELETE FROM facts WHERE entity=? AND text=?", gone)
-            for key in gone:
-                del self.states[key]
+        self._track(live.difference(self.states), [key for key in self.states if key not in live], client)
         self._reconciled_generation = generation
         self._data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
 
+    @best_effort()
+    def reconcile_own_change(self, changes: dict[str, Any], generation: int, client: str | None) -> None:
+        """After our own write: track exactly the facts it added and removed, instead of a whole pass over the
+        graph (that pass was most of a write's time at 10k facts). Falls back to reconcile when anything else
+        happened since the last one."""
+        dv = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if generation - 1 != self._reconciled_generation or dv != self._data_version:
+            return
+        before: set[tuple[str, str]] = set()
+        after: set[tuple[str, str]] = set()
+        for item in changes["entities"]:
+            for side, keys in ((item["before"], before), (item["after"], after)):
+                if side:
+                    keys.update((db_text(side["name"]), db_text(o)) for o in side["observations"])
+        self._track(after - before - self.states.keys(), [k for k in before - after if k in self.states], client)
+        self._reconciled_generation = generation
+        self._data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def _track(self, missing: set[tuple[str, str]], gone: list[tuple[str, str]], client: str | None) -> None:
+        """Start the state of facts new to memory.db (as of now) and drop the state of facts that left."""
+        if not (missing or gone):
+            return
+        now = self.now()
+        with self.write():
+            for key in missing:
+                self.states[key] = FactState(now, now, client=client)
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO facts(entity, text, created, last_used, stability, client) VALUES (?,?,?,?,?,?)",
+                [(e, t, now, now, NEW_FACT_STABILITY_H, client) for e, t in missing])
+            self.conn.executemany("DELETE FROM facts WHERE entity=? AND text=?", gone)
+        for key in gone:
+            del self.states[key]
+
     @contextlib.contextmanager
     def write(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
-        """One write transaction. durable: synced to disk at commit (pins, history); else the OS writes it
-        when it likes (usage, receipts: a power cut may lose the last few, or need a rebuild)."""
+        """One write transaction. durable: synced to disk at commit (pins); else the OS writes it when it likes
+        (usage, receipts, history: a power cut may lose the last few, or need a rebuild from the graph)."""
         if self.busy:
             raise sqlite3.OperationalError("database is locked (gave up waiting earlier in this call)")
         if durable:
@@ -1424,7 +1445,7 @@ class MetaStore:
     # ── history ──
     @best_effort()
     def record_history(self, client: str | None, summary: str, changes: dict[str, Any]) -> None:
-        with self.write(durable=True):
+        with self.write():  # not synced: undo history may lose its last entries to a power cut, never facts
             self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
                               (time.time(), db_text(client) if client else None, db_text(summary), json.dumps(changes)))
         self._wrote()
@@ -3930,6 +3951,8 @@ class Memory:
             self.meta.move_facts(tx.fact_moves)
         if changes and (changes["entities"] or changes["relationsAdded"] or changes["relationsRemoved"]):
             self.meta.record_history(self.client, summary, changes)
+        if changes:
+            self.meta.reconcile_own_change(changes, self.store.generation, self.client)
         self.graph()
         if changes:
             self._after_write(changes)

@@ -506,3 +506,23 @@ def test_memory_jsonl_and_memory_json_in_one_folder_keep_their_own_pins_and_arch
     mems[1].call_tool("search_nodes", {"query": "graph"})
     again[0].meta.reconcile(again[0].store.read(), -1, None)
     assert again[0].meta.state("svc", "graph 0").pinned  # the other graph's reconcile did not wipe it
+
+
+def test_fact_state_after_our_own_writes_matches_a_full_reconcile(tmp_path):
+    """Writes track only the facts they changed (no pass over the whole graph); the result must be what a
+    full reconcile gives, in memory and in memory.db."""
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, [(f"svc{i}", "service", [f"fact {j} of {i}" for j in range(3)]) for i in range(5)])
+    mem = memory(path)
+    calls = [("add_observations", {"observations": [{"entityName": "svc1", "contents": ["new one", "new two"]}]}),
+             ("delete_observations", {"deletions": [{"entityName": "svc2", "observations": ["fact 0 of 2"]}]}),
+             ("rename_entity", {"name": "svc3", "newName": "svc-three"}),
+             ("delete_entities", {"entityNames": ["svc4"]}),
+             ("create_entities", {"entities": [{"name": "db", "entityType": "database", "observations": ["pg 16"]}]})]
+    for tool, args in calls:
+        text, is_error = mem.call_tool(tool, args)
+        assert not is_error, text
+        live = {(e.name, o) for e in ms.parse_graph_bytes(path.read_bytes()).entities for o in e.observations}
+        assert set(mem.meta.states) == live, tool
+        rows = set(mem.meta.conn.execute("SELECT entity, text FROM facts"))
+        assert rows == live, tool

@@ -2529,10 +2529,14 @@ def weak_match_hint(ranking: Ranking) -> str:
 
 
 def recall_pipeline(index: SearchIndex, graph: Graph, query: str, budget: int, strength: Callable[[str, str], float],
-                    penalty: Callable[[str, str], float] | None, notes: Callable[[ScoredFact], str]) -> Packed:
+                    penalty: Callable[[str, str], float] | None, notes: Callable[[ScoredFact], str],
+                    keep: Callable[[str, str], bool] | None = None) -> Packed:
     """The one recall: rank (four stages), add the leading entities' context, pack under the hard budget with
-    each fact's notes (flags, anchors). The recall tool and the guardrail's probes both run exactly this."""
+    each fact's notes (flags, anchors). The recall tool and the guardrail's probes both run exactly this.
+    keep(entity, fact): only such facts (recall's since/until)."""
     ranking = with_context(index.rank_facts(query, strength, penalty), graph)
+    if keep is not None:
+        ranking.facts = [f for f in ranking.facts if keep(f.entity, f.text)]
     types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
     return pack_facts(query, ranking, budget, types, notes)
 
@@ -3659,6 +3663,43 @@ class ToolError(Exception):
     """A failure the agent can act on: becomes an isError tool result."""
 
 
+WHEN_HELP = ("Only facts written {edge} this time: an ISO 8601 date or date-time (UTC unless it says), "
+             "or a relative time such as 30m, 12h, 7d, 2w")
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$", re.I)
+_RELATIVE_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_when(text: str, now: float, name: str) -> float:
+    """A point in time from an ISO 8601 date or date-time, or a relative form (7d = seven days ago)."""
+    m = _RELATIVE.match(text)
+    if m:
+        return now - float(m.group(1)) * _RELATIVE_SECONDS[m.group(2).lower()]
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ToolError(f"{name} {_q(text)} is not a time: give a date (2026-11-24), a date-time "
+                        "(2026-11-24T09:30Z) or a relative time (30m, 12h, 7d, 2w)") from None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def describe_window(window: tuple[float, float]) -> str:
+    start, end = (dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                  if abs(t) != float("inf") else None for t in window)
+    return (f"from {start} to {end}" if start and end else f"since {start}" if start else f"before {end}"
+            if end else "at any time")
+
+
+def time_window(since: str | None, until: str | None, now: float) -> tuple[float, float] | None:
+    """(start, end) of a since/until pair, None when neither is given; a clear error when it is empty."""
+    if since is None and until is None:
+        return None
+    start = parse_when(since, now, "since") if since is not None else float("-inf")
+    end = parse_when(until, now, "until") if until is not None else float("inf")
+    if start >= end:
+        raise ToolError(f"since ({since}) is not before until ({until}): nothing can be in that window")
+    return start, end
+
+
 NAME_MAX_CHARS = 200  # entity names, types and relation types: labels, not facts
 
 
@@ -3752,7 +3793,8 @@ TOOLS: list[Tool] = [
          "Find entities: every word must match a name, type, fact or relation type. Returns ranked names with "
          "matching lines; open_nodes for full entities.",
          _obj({"query": _s("The search query to match against entity names, types, and observation content"),
-               "limit": {"type": "integer", "description": "How many entities to list (default 10)"}}, ["query"]),
+               "limit": {"type": "integer", "description": "How many entities to list (default 10)"},
+               "since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before"))}, ["query"]),
          _annotations(True, False, True), "search_nodes"),
     Tool("open_nodes", "Open Nodes", "Open entities by exact name: all facts and relations.",
          _obj({"names": _arr({"type": "string"}, "An array of entity names to retrieve")}, ["names"]),
@@ -3762,8 +3804,15 @@ TOOLS: list[Tool] = [
          "Marks after a fact: «words» the query words it matched, «~» matched by meaning, not by a query word; "
          "[newer of a conflict] / [older: conflicts with ...] two facts kept that may disagree (delete the wrong one).",
          _obj({"query": _s("What you are about to work on, in a few words"),
-               "budget": {"type": "integer", "description": "Max tokens of the answer (default 1500)"}}, ["query"]),
+               "budget": {"type": "integer", "description": "Max tokens of the answer (default 1500)"},
+               "since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before"))}, ["query"]),
          _annotations(True, False, False), "recall"),
+    Tool("changes", "Changes",
+         "What changed in memory in a time window: facts written, archived (superseded, over the cap, faded) and "
+         "deleted, entities renamed, with the time of each; newest first. Read-only.",
+         _obj({"since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before")),
+               "limit": {"type": "integer", "description": "How many changes to list (default 50)"}}, ["since"]),
+         _annotations(True, False, True), "changes"),
     Tool("mark_fact", "Mark Fact",
          "Pin or unpin a fact (pinned never fades or gets replaced), rate it helpful or not_helpful, or mark a "
          "stale code-anchored fact verified (still true).",
@@ -4244,13 +4293,18 @@ class Memory:
                        f"the next write moves them to {self.store.unreadable_path.name}.")
         return out
 
-    def search_nodes(self, query: str, limit: int | None = None) -> str:
+    def search_nodes(self, query: str, limit: int | None = None, since: str | None = None,
+                     until: str | None = None) -> str:
+        keep = self._written_in(time_window(since, until, time.time()))
         graph = self.graph()
         limit = max(1, min(int(limit or self.settings.search_limit), 200))
         if not query.strip():
             return self._ledger("search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
         docs = self.index.match_entities(query)
         ranking = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        if keep is not None:  # since/until: entities with a fact written then, and only those facts shown
+            ranking.facts = [f for f in ranking.facts if keep(f.entity, f.text)]
+            docs = [d for d in docs if any(keep(d.name, o) for o in d.facts)]
         fact_scores: dict[str, list[ScoredFact]] = {}
         for fact in ranking.facts:
             fact_scores.setdefault(fact.entity, []).append(fact)
@@ -4284,7 +4338,8 @@ class Memory:
             snippets = [f.text for f in fact_scores.get(doc.name, [])
                         if fallback or any(w in f.text.lower() for w in words)][:room]
             if len(snippets) < room:
-                snippets += [o for o in doc.facts if any(w in o.lower() for w in words) and o not in snippets][:room - len(snippets)]
+                snippets += [o for o in doc.facts if any(w in o.lower() for w in words) and o not in snippets
+                             and (keep is None or keep(doc.name, o))][:room - len(snippets)]
             shown_facts[doc.name] = snippets
             for text in snippets:
                 lines.append(f"    › {self._snippet(text, words)}{self.anchors.note(doc.name, text)}")
@@ -4376,8 +4431,34 @@ class Memory:
         r = self.meta.state(entity.name, text).retention(clock)
         return r if r < FADING_RETENTION else None
 
+    def _written_in(self, window: tuple[float, float] | None) -> Callable[[str, str], bool] | None:
+        """keep(entity, fact) for facts written in `window` (memory.db's first sighting), None for no window."""
+        if window is None:
+            return None
+        start, end = window
+        return lambda entity, text: start <= self.meta.state(entity, text).created < end
+
     # ── graphmem's own tools ──
-    def recall(self, query: str, budget: int | None = None) -> str:
+    def changes(self, since: str, until: str | None = None, limit: int | None = None) -> str:
+        """What changed between since and until, from the history (and first sightings of facts other tools
+        wrote), newest first."""
+        start, end = time_window(since, until, time.time()) or (float("-inf"), float("inf"))
+        graph = self.graph()
+        limit = max(1, min(int(limit or 50), 500))
+        history = [(ts, c) for ts, c in self.meta.changes_since(start) if ts < end]
+        lines = [line for _, line in change_lines(history, end)]
+        known = {o for _, c in history for item in c.get("entities", []) for side in (item.get("before"), item.get("after"))
+                 if side for o in side["observations"]}  # facts the history explains (renames keep first sightings)
+        lines += [f"+ {name}: {text} (first seen {utc_stamp(ts)}, written by another tool)"
+                  for ts, name, text in first_seen(self.meta, start) if ts < end and text not in known]
+        window = describe_window((start, end))
+        if not lines:
+            return f"No changes {window}."
+        head = f"{len(lines)} change(s) {window}" + (f", newest {limit} shown" if len(lines) > limit else "") + ":"
+        return self._ledger("changes", {}, "\n".join([head] + lines[:limit]), graph)
+
+    def recall(self, query: str, budget: int | None = None, since: str | None = None, until: str | None = None) -> str:
+        window = time_window(since, until, time.time())
         graph = self.graph()
         budget = self.settings.recall_budget if budget is None else int(budget)
         if budget < 50:
@@ -4385,7 +4466,7 @@ class Memory:
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
         packed = recall_pipeline(self.index, graph, query, budget, self.strength, self.anchors.rank_penalty,
-                                 self.fact_notes(graph))
+                                 self.fact_notes(graph), keep=self._written_in(window))
         clock = self.meta.clock()
         fading = sum(1 for f in packed.shown if self.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
@@ -4395,6 +4476,8 @@ class Memory:
             extra.append(f"{fading} shown fading")
         if stale:
             extra.append(f"{stale} shown anchored to code that changed")
+        if window:
+            extra.append(f"only facts written {describe_window(window)}")
         if extra and estimate_tokens(text + " " + "; ".join(extra) + ".") <= budget:
             text += " " + "; ".join(extra) + "."
         self.meta.reinforce((f.entity, f.text) for f in packed.shown)
@@ -5936,7 +6019,7 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     since = previous or time.time() - CONTEXT_FIRST_DAYS * 86400
     changed = changes_since(memory, since)
     if previous is not None:  # after the first briefing: facts other tools or people wrote count too
-        changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})" for ts, name, text in first_seen(memory, since)
+        changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})" for ts, name, text in first_seen(memory.meta, since)
                     if not any(line.startswith(f"+ {name}: {text} (") for line in changed)]
     sections = [("Pinned facts and rules", pinned_and_rules(memory, graph)),
                 (f"Changed since {utc_stamp(since)}", changed),
@@ -5948,9 +6031,9 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
 
 
-def first_seen(memory: Memory, since: float) -> list[tuple[float, str, str]]:
+def first_seen(meta: MetaStore, since: float) -> list[tuple[float, str, str]]:
     """Facts first seen after `since`, newest first (written by another tool or by hand: their first sighting)."""
-    return sorted(((s.created, entity, text) for (entity, text), s in memory.meta.states.items() if s.created > since),
+    return sorted(((s.created, entity, text) for (entity, text), s in meta.states.items() if s.created > since),
                   reverse=True)
 
 
@@ -5988,18 +6071,33 @@ def pinned_and_rules(memory: Memory, graph: Graph) -> list[str]:
 
 
 def changes_since(memory: Memory, since: float) -> list[str]:
-    """Facts written, archived or removed since `since`, newest first, from the history in memory.db."""
+    """Facts written, archived or removed since `since`, newest first (the briefing's short form)."""
+    return [line for _, line in change_lines(memory.meta.changes_since(since), float("inf"), stamp=False)]
+
+
+def change_lines(history: list[tuple[float, dict[str, Any]]], end: float, stamp: bool = True) -> list[tuple[float, str]]:
+    """One line per change in the history rows before `end`: + written, - deleted, ~ archived, > renamed."""
     lines = []
-    for ts, changes in memory.meta.changes_since(since):
-        day = utc_stamp(ts)[:10]
+    for ts, changes in history:
+        if ts >= end:
+            continue
+        when = utc_stamp(ts) if stamp else utc_stamp(ts)[:10]
+        archived = {(name, f) for name, facts, _ in changes.get("archived", []) for f in facts}
+        renamed = {old for old, _ in changes.get("renamed", [])} | {new for _, new in changes.get("renamed", [])}
+        for old, new in changes.get("renamed", []):
+            lines.append((ts, f"> {old} renamed to {new} ({when})"))
         for item in changes.get("entities", []):
-            before = set((item.get("before") or {}).get("observations", []))
+            if item["name"] in renamed:
+                continue
+            before = (item.get("before") or {}).get("observations", [])
             after = (item.get("after") or {}).get("observations", [])
-            lines += [f"+ {item['name']}: {o} ({day})" for o in after if o not in before]
-            if item.get("after") is None:
-                lines.append(f"- {item['name']} deleted ({day})")
+            lines += [(ts, f"+ {item['name']}: {o} ({when})") for o in after if o not in before]
+            lines += [(ts, f"- {item['name']}: {o} (deleted {when})") for o in before
+                      if o not in after and (item["name"], o) not in archived and item.get("after") is not None]
+            if item.get("after") is None and item.get("before") is not None:
+                lines.append((ts, f"- {item['name']} deleted with {len(before)} fact(s) ({when})"))
         for name, facts, why in changes.get("archived", []):
-            lines += [f"~ {name}: archived {short(f, 80)!r} ({short(why, 60)}, {day})" for f in facts]
+            lines += [(ts, f"~ {name}: {short(f, 100)} (archived: {short(why, 80)}, {when})") for f in facts]
     return lines
 
 

@@ -226,7 +226,7 @@ def test_server_discover_is_answered_even_before_initialize(server):
 def test_modern_requests_are_stateless_and_carry_result_type(server):
     listing = server.request("tools/list", {"_meta": MODERN})["result"]
     assert listing["resultType"] == "complete" and "ttlMs" in listing and listing["cacheScope"] in ("public", "private")
-    assert len(listing["tools"]) == 13
+    assert len(listing["tools"]) == 14  # the nine reference tools, recall, mark_fact, rename, archive, changes
     reply = server.request("tools/call", {"name": "create_entities", "_meta": MODERN, "arguments": {
         "entities": [{"name": "m", "entityType": "t", "observations": ["modern fact"]}]}})
     assert reply["result"]["resultType"] == "complete" and reply["result"]["isError"] is False

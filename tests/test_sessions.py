@@ -171,3 +171,60 @@ def test_hooks_for_a_client_without_a_session_hook_say_so(used_graph):
 def test_the_hook_json_of_an_empty_memory_is_an_empty_object(tmp_path):
     done = cli(tmp_path / "memory.jsonl", "--context", "--hook-json")
     assert done.returncode == 0 and json.loads(done.stdout) == {}
+
+
+def test_since_and_until_filter_recall_and_search_by_when_a_fact_was_written(tmp_path):
+    import sqlite3
+    import time
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, [("api", "service", ["deploy branch is main", "deploy runs on Fridays"])])
+    server = StdioServer(path)
+    try:
+        server.initialize()
+        server.call("search_nodes", {"query": "deploy"})  # first sighting of the two facts: now
+        ten_days_ago = time.time() - 10 * 86400
+        with sqlite3.connect(tmp_path / "memory.db") as db:  # as if written ten days ago
+            db.execute("UPDATE facts SET created=? WHERE text='deploy runs on Fridays'", (ten_days_ago,))
+        server.call("add_observations", {"observations": [{"entityName": "api", "contents": ["deploy needs two approvals"]}]})
+        recent, _ = server.call("recall", {"query": "deploy", "since": "7d"})
+        assert "two approvals" in recent and "branch is main" in recent and "Fridays" not in recent
+        assert "only facts written since" in recent
+        old, _ = server.call("recall", {"query": "deploy", "until": "7d"})
+        assert "Fridays" in old and "two approvals" not in old
+        day = time.strftime("%Y-%m-%d", time.gmtime(ten_days_ago))
+        boundary, _ = server.call("search_nodes", {"query": "deploy Fridays", "since": day, "until": "9d"})
+        assert "Fridays" in boundary
+        none, _ = server.call("search_nodes", {"query": "deploy Fridays", "since": "1d"})
+        assert "runs on Fridays" not in none  # matched, but written before the window
+        text, is_error = server.call("recall", {"query": "deploy", "since": "last week"})
+        assert is_error and "is not a time" in text and "7d" in text
+        text, is_error = server.call("recall", {"query": "deploy", "since": "1d", "until": "2d"})
+        assert is_error and "not before" in text
+    finally:
+        server.close()
+
+
+def test_changes_lists_writes_archives_deletes_and_renames_with_their_time(tmp_path):
+    path = tmp_path / "memory.jsonl"
+    server = StdioServer(path)
+    try:
+        server.initialize()
+        server.call("create_entities", {"entities": [{"name": "api", "entityType": "service",
+                                                      "observations": ["deploy branch is main", "written in Go"]}]})
+        server.call("add_observations", {"observations": [{"entityName": "api", "contents": ["deploy branch is prod"]}]})
+        server.call("delete_observations", {"deletions": [{"entityName": "api", "observations": ["written in Go"]}]})
+        server.call("rename_entity", {"name": "api", "newName": "gateway"})
+        text, is_error = server.call("changes", {"since": "1h"})
+        assert not is_error, text
+        lines = text.splitlines()
+        assert lines[0].startswith("6 change(s) since"), text
+        assert lines[1].startswith("> api renamed to gateway (")
+        assert any(l.startswith("- api: written in Go (deleted ") for l in lines)
+        assert any(l.startswith('~ api: deploy branch is main (archived: superseded by "deploy branch is prod"') for l in lines)
+        assert any(l.startswith("+ api: deploy branch is prod (") for l in lines)
+        text, _ = server.call("changes", {"since": "2h", "until": "1h"})
+        assert text.startswith("No changes from")
+        tools = [t["name"] for t in server.request("tools/list")["result"]["tools"]]
+        assert "changes" in tools
+    finally:
+        server.close()

@@ -2397,7 +2397,8 @@ class Packed:
 
 
 def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
-               notes: Callable[[ScoredFact], str]) -> Packed:
+               notes: Callable[[ScoredFact], str],
+               flags: Callable[[list[ScoredFact]], Callable[[ScoredFact], str]] | None = None) -> Packed:
     """Greedy by relevance under a hard budget; a relevance gate keeps padding out."""
     scored = ranking.facts
     gate = GATE_RATIO * scored[0].score if scored else 0.0
@@ -2408,9 +2409,9 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
     def partial(fact: ScoredFact) -> bool:
         return not small and len(all_words) > 1 and set(fact.matched) != all_words
 
-    def line(fact: ScoredFact) -> str:
+    def line(fact: ScoredFact, extra: Callable[[ScoredFact], str] | None = None) -> str:
         mark = f" «{','.join(fact.matched) or '~'}»" if partial(fact) else ""
-        return f"- {fact.text}{mark}{notes(fact)}\n"
+        return f"- {fact.text}{mark}{notes(fact)}{extra(fact) if extra else ''}\n"
 
     def header(entity: str) -> str:
         return f"## {entity}\n" if small else f"## {entity} [{types.get(entity, '?')}]\n"
@@ -2431,13 +2432,13 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         return "; ".join(parts) + "]" + (" «» = query words a fact matched." if any(map(partial, shown)) else "") \
             + ("" if ranking.strong or not hint else " " + weak_match_hint(ranking))
 
-    def render(shown: list[ScoredFact], hint: bool = True) -> str:
+    def render(shown: list[ScoredFact], hint: bool = True, extra: Callable[[ScoredFact], str] | None = None) -> str:
         """The answer; the weak-match hint only where it fits: facts come first (LoCoMo tune half: reserving
         room for it cost 0.015 turn recall at 200 tokens)."""
         groups: dict[str, list[ScoredFact]] = {}
         for fact in shown:
             groups.setdefault(fact.entity, []).append(fact)
-        body = "".join(header(e) + "".join(line(f) for f in fs) for e, fs in groups.items())
+        body = "".join(header(e) + "".join(line(f, extra) for f in fs) for e, fs in groups.items())
         text = body + footer(shown, estimate_tokens(body), hint)
         return text if estimate_tokens(text) <= budget else body + footer(shown, estimate_tokens(body), hint=False)
 
@@ -2477,6 +2478,10 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
     while estimate_tokens(text) > budget and shown:  # the hard guarantee, whatever the estimates said
         shown.pop()
         text = render(shown)
+    if flags is not None and shown:  # notes about the shown facts together, where they fit
+        flagged = render(shown, extra=flags(shown))
+        if estimate_tokens(flagged) <= budget:
+            text = flagged
     return Packed(text, shown, ranking.total)
 
 
@@ -2535,16 +2540,18 @@ def weak_match_hint(ranking: Ranking) -> str:
 
 
 def recall_pipeline(index: SearchIndex, graph: Graph, query: str, budget: int, strength: Callable[[str, str], float],
-                    penalty: Callable[[str, str], float] | None, notes: Callable[[Ranking], Callable[[ScoredFact], str]],
-                    keep: Callable[[str, str], bool] | None = None) -> Packed:
+                    penalty: Callable[[str, str], float] | None, notes: Callable[[ScoredFact], str],
+                    keep: Callable[[str, str], bool] | None = None,
+                    flags: Callable[[list[ScoredFact]], Callable[[ScoredFact], str]] | None = None) -> Packed:
     """The one recall: rank (four stages), add the leading entities' context, pack under the hard budget with
     each fact's notes (flags, anchors). The recall tool and the guardrail's probes both run exactly this.
-    keep(entity, fact): only such facts (recall's since/until)."""
+    keep(entity, fact): only such facts (recall's since/until); flags: notes worked out for the shown facts
+    only (conflicts among them), added where the budget leaves room."""
     ranking = with_context(index.rank_facts(query, strength, penalty), graph)
     if keep is not None:
         ranking.facts = [f for f in ranking.facts if keep(f.entity, f.text)]
     types = {f.entity: graph.get(f.entity).entityType for f in ranking.facts if graph.get(f.entity)}
-    return pack_facts(query, ranking, budget, types, notes(ranking))
+    return pack_facts(query, ranking, budget, types, notes, flags)
 
 
 # ── the reference server's exact answers: for the savings ledger and the benchmark ──
@@ -3072,14 +3079,36 @@ def conflicts_among(entity: Entity | None, texts: set[str]) -> dict[str, str]:
     flags: dict[str, str] = {}
     if entity is None or len(texts) < 2:
         return flags
-    neighbours = FactNeighbours([])
-    for text in dict.fromkeys(o for o in entity.observations if o in texts):
-        for verdict, older in neighbours.flagged(text):
-            if verdict in ("supersede", "conflict"):
-                flags[text] = " [newer of a conflict]"
-                flags[older] = f" [older: conflicts with {json.dumps(short(text, 60), ensure_ascii=False)}]"
-        neighbours.add(text)
+    ordered = list(dict.fromkeys(o for o in entity.observations if o in texts))
+    for text, verdict, older in flagged_pairs(ordered):
+        if verdict in ("supersede", "conflict"):
+            flags[text] = " [newer of a conflict]"
+            flags[older] = f" [older: conflicts with {json.dumps(short(text, 60), ensure_ascii=False)}]"
     return flags
+
+
+def flagged_pairs(ordered: list[str]) -> Iterator[tuple[str, str, str]]:
+    """(fact, verdict, earlier fact) for every pair compare_facts flags, in list order. A few facts are
+    compared pair by pair (cheaper than building the index: 1.3 ms a fact at 5 facts); more go through
+    FactNeighbours, which gives the same pairs."""
+    if len(ordered) <= DIRECT_COMPARE_MAX:
+        vectors: dict[str, dict[int, float]] = {}
+
+        def vector(text: str) -> dict[int, float]:
+            if text not in vectors:
+                vectors[text] = embed(text)
+            return vectors[text]
+        for j, text in enumerate(ordered):
+            for older in ordered[:j]:
+                verdict = compare_facts(older, text, vector)
+                if verdict:
+                    yield text, verdict, older
+        return
+    neighbours = FactNeighbours([])
+    for text in ordered:
+        for verdict, older in neighbours.flagged(text):
+            yield text, verdict, older
+        neighbours.add(text)
 
 
 def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callable[[str], bool]) -> list[str]:
@@ -3647,10 +3676,11 @@ def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: in
     same recall_pipeline agents get, with the same strength, stale-anchor penalty and flags."""
     index = SearchIndex()
     index.refresh(graph, 0)
-    notes = memory.fact_notes(graph)
+    notes, flags = memory.fact_notes(graph), memory.conflict_notes(graph)
     results = []
     for query, entity, fact, _source in probes:
-        packed = recall_pipeline(index, graph, query, budget, memory.strength, memory.anchors.rank_penalty, notes)
+        packed = recall_pipeline(index, graph, query, budget, memory.strength, memory.anchors.rank_penalty, notes,
+                                 flags=flags)
         shown = {(f.entity, f.text) for f in packed.shown}
         hit = (entity, fact) in shown if fact else any(e == entity for e, _ in shown)
         results.append(ProbeResult(query, entity, fact, hit))
@@ -3906,7 +3936,8 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-CONFLICT_CACHE_ENTITIES = 50_000  # entity versions whose conflict flags are kept (a few hundred bytes each)
+DIRECT_COMPARE_MAX = 16  # facts compared pair by pair for recall's conflict flags; above, FactNeighbours (a guess:
+                         # 120 pairs cost about what building the index for 16 facts does)
 
 
 class Memory:
@@ -3926,7 +3957,6 @@ class Memory:
         self._relation_size: dict[tuple[str, str, str], int] = {}  # kept across versions: a write changes few
         self._touching_cache: tuple[int, dict[str, list[int]]] | None = None
         self.anchors = AnchorChecker(self)
-        self._conflicts: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}  # see _conflict_flags
         self.hints_left = HINTS_PER_CALL  # did-you-mean budget, renewed by each call
 
     # ── reading ──
@@ -4415,34 +4445,24 @@ class Memory:
         note = self.anchors.note(entity.name, text)
         return (f" [{', '.join(flags)}]" if flags else "") + note
 
-    def fact_notes(self, graph: Graph) -> Callable[[Ranking], Callable[[ScoredFact], str]]:
-        """What recall writes after a fact, given the ranking: its flags (pinned, fading, newer or older of a
-        possible conflict among the ranked facts) and its anchor's state. The recall tool and the guardrail's
-        probes use the same notes."""
+    def fact_notes(self, graph: Graph) -> Callable[[ScoredFact], str]:
+        """What recall writes after a fact: its flags (pinned, fading) and its anchor's state. The recall tool
+        and the guardrail's probes use the same notes."""
         clock = self.meta.clock()
+        return lambda f: self._fact_flags(graph.get(f.entity), f.text, clock)
 
-        def for_ranking(ranking: Ranking) -> Callable[[ScoredFact], str]:
-            conflicts = self._conflict_flags(graph, ranking.facts)
-            return lambda f: self._fact_flags(graph.get(f.entity), f.text, clock) + conflicts(f.entity, f.text)
-        return for_ranking
-
-    def _conflict_flags(self, graph: Graph, facts: Iterable[ScoredFact]) -> Callable[[str, str], str]:
-        """Which of two facts of one entity kept as a possible conflict is newer (later in the entity's list:
-        facts are appended as written). Worked out once per version of an entity's facts and kept: comparing
-        the facts of every candidate entity on every recall made recall at 10k facts 4x slower."""
-        cache = self._conflicts
-
-        def flag(entity: str, text: str) -> str:
-            current = graph.get(entity)
-            if current is None or len(current.observations) < 2:
-                return ""
-            key = (entity, tuple(current.observations))
-            if key not in cache:
-                if len(cache) > CONFLICT_CACHE_ENTITIES:
-                    cache.clear()
-                cache[key] = conflicts_among(current, set(current.observations))
-            return cache[key].get(text, "")
-        return flag
+    def conflict_notes(self, graph: Graph) -> Callable[[list[ScoredFact]], Callable[[ScoredFact], str]]:
+        """For the facts recall shows: which of two facts of one entity kept as a possible conflict is newer
+        (later in the entity's list: facts are appended as written). Only among the shown facts, once they are
+        chosen: working it out for every candidate made recall at 10k facts several times slower."""
+        def for_shown(shown: list[ScoredFact]) -> Callable[[ScoredFact], str]:
+            texts: dict[str, set[str]] = {}
+            for fact in shown:
+                texts.setdefault(fact.entity, set()).add(fact.text)
+            flags = {entity: conflicts_among(graph.get(entity), group) for entity, group in texts.items()
+                     if len(group) > 1}
+            return lambda f: flags.get(f.entity, {}).get(f.text, "")
+        return for_shown
 
     def fading(self, entity: Entity, text: str, clock: ActivityClock) -> float | None:
         """The retention of a fact that can fade (can_fade) and is under FADING_RETENTION, else None."""
@@ -4486,7 +4506,7 @@ class Memory:
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
         packed = recall_pipeline(self.index, graph, query, budget, self.strength, self.anchors.rank_penalty,
-                                 self.fact_notes(graph), keep=self._written_in(window))
+                                 self.fact_notes(graph), keep=self._written_in(window), flags=self.conflict_notes(graph))
         clock = self.meta.clock()
         fading = sum(1 for f in packed.shown if self.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))

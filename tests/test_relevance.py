@@ -113,15 +113,15 @@ def test_the_guardrail_runs_the_recall_agents_get(tmp_path, monkeypatch):
     calls = []
     real = ms.recall_pipeline
 
-    def spy(index, graph, query, budget, strength, penalty, notes):
-        calls.append((strength, penalty))
-        return real(index, graph, query, budget, strength, penalty, notes)
+    def spy(index, graph, query, budget, strength, penalty, notes, **kwargs):
+        calls.append((strength, penalty, sorted(kwargs)))
+        return real(index, graph, query, budget, strength, penalty, notes, **kwargs)
 
     monkeypatch.setattr(ms, "recall_pipeline", spy)
     probes = [("shop-api deploys", "shop-api", "owned by the payments squad", "test")]
     results = ms.run_probes(probes, mem.graph(), mem.settings.recall_budget, mem)
     assert results[0].hit
-    assert calls == [(mem.strength, mem.anchors.rank_penalty)]
+    assert calls == [(mem.strength, mem.anchors.rank_penalty, ["flags"])]  # the conflict flags recall adds too
 
 
 def test_synonym_groups_hold_no_word_of_the_corpus_paraphrase_questions():

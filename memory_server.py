@@ -5233,15 +5233,14 @@ class UiApi:
         return {"ok": ok, "message": text}
 
 
-UI_REFUSALS = ("refused", "skipped", "Nothing", "Not found", "not found", "Deleted 0", "Already existed", ": -0",
-               "Created 0", "No archived")
-
-
-def _tool(name: str, build: Callable[..., dict[str, Any]]) -> Callable[..., tuple[str, bool]]:
+def _tool(name: str, build: Callable[..., dict[str, Any]], writes_graph: bool = True) -> Callable[..., tuple[str, bool]]:
+    """A UI op through an agent tool. It worked when the tool gave no error and, for a graph edit, the graph
+    file was replaced: decided from data, never from the answer's words (an entity named "Not found page"
+    was once reported as refused)."""
     def run(memory: Memory, *args: Any) -> tuple[str, bool]:
+        before = memory.store.stat_key()
         text, is_error = memory.call_tool(name, build(*args))
-        refused = any(sign in text for sign in UI_REFUSALS)
-        return text, not is_error and not refused
+        return text, not is_error and (not writes_graph or memory.store.stat_key() != before)
     return run
 
 
@@ -5261,7 +5260,7 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
     "delete_fact": (("name", "text"), _tool("delete_observations", lambda n, t: {"deletions": [
         {"entityName": n, "observations": [t]}]})),
     "pin": (("name", "text", "pinned"), _tool("mark_fact", lambda n, t, p: {
-        "entityName": n, "observation": t, "action": "pin" if p else "unpin"})),
+        "entityName": n, "observation": t, "action": "pin" if p else "unpin"}, writes_graph=False)),
     "add_relation": (("from", "to", "relationType"), _tool("create_relations", lambda f, t, r: {"relations": [
         {"from": f, "to": t, "relationType": r}]})),
     "delete_relation": (("from", "to", "relationType"), _tool("delete_relations", lambda f, t, r: {"relations": [
@@ -5269,7 +5268,7 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
     "restore": (("name", "text"), _tool("archived_observations", lambda n, t: {"entityName": n, "restore": [t]})),
     "archive_fact": (("name", "text"), _direct("archive_fact")),
     "verify_fact": (("name", "text"), _tool("mark_fact", lambda n, t: {
-        "entityName": n, "observation": t, "action": "verified"})),
+        "entityName": n, "observation": t, "action": "verified"}, writes_graph=False)),
     "undo": ((), _direct("undo")),
 }
 

@@ -667,3 +667,18 @@ def test_demo_never_touches_the_users_graph(tmp_path):
     finally:
         s.stop()
     assert user.read_bytes() == before and not (tmp_path / "backups").exists()
+
+
+def test_an_op_is_judged_by_what_it_changed_not_by_the_words_of_its_answer(srv):
+    """Names that read like refusals ("Not found page", "refused-orders") are saved and reported as saved;
+    an op that changes nothing is reported as not done."""
+    res = srv.op(op="create_entity", name="Not found page", entityType="page")
+    assert res["ok"] is True, res
+    assert srv.op(op="create_entity", name="skipped-jobs", entityType="queue")["ok"]
+    res = srv.op(op="rename", name="skipped-jobs", newName="refused-orders")
+    assert res["ok"] is True, res
+    assert srv.op(op="add_fact", name="Not found page", text="Nothing here is cached")["ok"]
+    res = srv.op(op="add_fact", name="Not found page", text="Nothing here is cached")
+    assert res["ok"] is False and "duplicate" in res["message"], res
+    ents, _ = srv.graph_file()
+    assert "Not found page" in ents and "refused-orders" in ents and "skipped-jobs" not in ents

@@ -160,6 +160,63 @@ def _test_clock(env: dict[str, str]) -> float | None:
 
 
 # ════════════════════════════════════════════════════════════════════════════
+# 1b. Utilities used everywhere: logging, UTC stamps, atomic file writes
+# ════════════════════════════════════════════════════════════════════════════
+
+def log(message: str) -> None:
+    """Logs go to stderr: stdout carries only the protocol."""
+    print(f"graphmem: {message}", file=sys.stderr, flush=True)
+
+
+def utc_stamp(ts: float | None = None, fmt: str = "%Y-%m-%d %H:%M UTC") -> str:
+    """A moment (now by default) in UTC, for people and file names alike."""
+    return dt.datetime.fromtimestamp(time.time() if ts is None else ts, dt.timezone.utc).strftime(fmt)
+
+
+def write_atomic(path: Path, data: bytes, mode: int | None = None,
+                 before_replace: Callable[[], None] = lambda: None) -> None:
+    """Replace `path` with `data` all at once: a temp file beside it, fsync, before_replace() (a last check;
+    it may raise), rename, then fsync the folder so the rename itself is durable. A failure leaves the old
+    file and no temp file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if mode is not None:
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        before_replace()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_folder(path.parent)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX; Windows has no directory handles for this)."""
+    if os.name == "nt":
+        return
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    """A file's bytes, or None when it does not exist."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+# ════════════════════════════════════════════════════════════════════════════
 # 2. Graph model: entities, relations, JSONL parse and serialise
 # ════════════════════════════════════════════════════════════════════════════
 
@@ -731,29 +788,18 @@ class GraphStore:
 
     def _remove_dead_temp_files(self) -> None:
         """Temp files are only made under the lock we hold: any left are from a writer that was killed."""
-        for leftover in self.folder.glob(self.path.name + ".*.tmp"):
+        leftovers = [*self.folder.glob(f".{self.path.name}.*.tmp"), *self.folder.glob(f"{self.path.name}.*.tmp")]
+        for leftover in leftovers:  # (the second pattern: temp files of earlier versions)
             with contextlib.suppress(OSError):
                 leftover.unlink()
 
     def _write_atomic(self, data: bytes, before_replace: Callable[[], None] = lambda: None) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.folder)
-        with contextlib.suppress(OSError):  # keep the file's mode (mkstemp makes 0600; the reference leaves 0644)
-            os.chmod(tmp, (os.stat(self.path).st_mode & 0o777) if self.path.exists() else 0o644)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            before_replace()
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        fsync_folder(self.folder)
+        """Replace the graph file; it keeps its mode (a new one gets 0644, as the reference server leaves it)."""
+        mode = (os.stat(self.path).st_mode & 0o777) if self.path.exists() else 0o644
+        write_atomic(self.path, data, mode, before_replace)
 
     def _set_aside_unreadable(self, graph: Graph) -> None:
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = utc_stamp(fmt="%Y-%m-%dT%H:%M:%SZ")
         with open(self.unreadable_path, "ab") as handle:
             for number, raw in graph.unreadable:
                 handle.write(f"# {stamp} line {number}\n".encode() + raw.rstrip(b"\r") + b"\n")
@@ -772,7 +818,7 @@ class GraphStore:
     def _backup_daily(self) -> None:
         if self.settings.backups_kept <= 0 or not self.path.exists():
             return
-        today = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+        today = utc_stamp(fmt="%Y-%m-%d")
         target = self.backup_dir / f"{self.path.stem}-{today}{self.path.suffix}"
         if target.exists():
             return
@@ -783,7 +829,7 @@ class GraphStore:
     def backup_now(self, label: str) -> Path:
         """A copy of the graph now, named by time and label; the caller prunes (_prune_backups) after its lock."""
         self.backup_dir.mkdir(parents=True, exist_ok=True)
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M%S")
+        stamp = utc_stamp(fmt="%Y-%m-%d-%H%M%S")
         target = self.backup_dir / f"{self.path.stem}-{stamp}-{label}{self.path.suffix}"
         if self.path.exists():
             shutil.copy2(self.path, target)
@@ -824,7 +870,7 @@ class GraphStore:
         A fact already in the file is not added twice (a rerun of an interrupted compact). Returns what
         each file held before, to put back if the graph write fails."""
         gains: dict[str, list[ArchivedFact]] = {}
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        stamp = utc_stamp()
         for old, new in tx.archive_renames:
             gains.setdefault(new, []).extend(self.read_archive(old))
         for name, texts, why in tx.archive_adds:
@@ -876,7 +922,7 @@ class GraphStore:
                 if data is None:
                     path.unlink()
                 else:
-                    self._write_file(path, data)
+                    write_atomic(path, data)
 
     def _write_archive(self, name: str, facts: list[ArchivedFact]) -> None:
         path = self.archive_path(name)
@@ -885,39 +931,9 @@ class GraphStore:
                 path.unlink()
             return
         self.archive_dir.mkdir(parents=True, exist_ok=True)
-        self._write_file(path, render_archive(name, facts).encode("utf-8", "surrogatepass"))
-
-    def _write_file(self, path: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".archive.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, render_archive(name, facts).encode("utf-8", "surrogatepass"))
 
 
-def _file_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def fsync_folder(folder: Path) -> None:
-    """Make a rename in `folder` durable (POSIX; Windows has no directory handles for this)."""
-    if os.name == "nt":
-        return
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def read_archive_text(path: Path) -> str:
@@ -1006,9 +1022,7 @@ def process_start_id(pid: int) -> str | None:
         return None
 
 
-def log(message: str) -> None:
-    """Logs go to stderr: stdout carries only the protocol."""
-    print(f"graphmem: {message}", file=sys.stderr, flush=True)
+
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -1981,7 +1995,6 @@ class Ranking:
 
 
 
-
 def lift_neighbours(place: dict[tuple[int, int], ScoredFact], liftable: set[tuple[int, int]]) -> None:
     """A fact written up to two places after or before a strong match, that matches the query itself too, is
     likely part of the same answer (facts are written in batches: a question and its reply, a decision and
@@ -2483,7 +2496,6 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         if estimate_tokens(flagged) <= budget:
             text = flagged
     return Packed(text, shown, ranking.total)
-
 
 
 
@@ -3719,8 +3731,7 @@ def parse_when(text: str, now: float, name: str) -> float:
 
 
 def describe_window(window: tuple[float, float]) -> str:
-    start, end = (dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-                  if abs(t) != float("inf") else None for t in window)
+    start, end = (utc_stamp(t) if abs(t) != float("inf") else None for t in window)
     return (f"from {start} to {end}" if start and end else f"since {start}" if start else f"before {end}"
             if end else "at any time")
 
@@ -5204,7 +5215,7 @@ class UiApi:
 
     def history(self, limit: int) -> dict[str, Any]:
         rows = self.memory.meta.history(max(1, min(limit, 200)))
-        return {"changes": [{"id": i, "ts": dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        return {"changes": [{"id": i, "ts": utc_stamp(ts, "%Y-%m-%dT%H:%M:%SZ"),
                              "client": c, "summary": s + (" (undone)" if u else "")} for i, ts, c, s, u in rows]}
 
     def op(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -6030,10 +6041,7 @@ def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: s
         with open(aside, "ab") as handle:
             handle.write(b"".join(raw.rstrip(b"\r") + b"\n" for raw in unreadable))
         notes.append(f"{len(unreadable)} unreadable line(s) moved to {aside}")
-    data = serialise_graph(merged).encode("utf-8")
-    tmp = ours_path.with_name(ours_path.name + ".merge.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, ours_path)
+    write_atomic(ours_path, serialise_graph(merged).encode("utf-8"))
     return notes
 
 
@@ -6151,8 +6159,7 @@ def recall_lines(memory: Memory, query: str, budget: int) -> list[str]:
     return [] if is_error else text.splitlines()
 
 
-def utc_stamp(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
 
 
 # ── Markdown out: one file per entity, readable in Obsidian ──

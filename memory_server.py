@@ -5211,7 +5211,7 @@ class UiApi:
                                   sorted(degree.items(), key=lambda kv: (-kv[1], kv[0]))[:10] if graph.get(n)],
                 "overBudget": [{"name": e.name, "facts": len(e.observations), "cap": m.settings.obs_max}
                                for e in graph.entities if len(e.observations) > m.settings.obs_max],
-                "fading": fading[:50], "stale": stale[:50], "receipts": receipts(m)}
+                "fading": fading[:50], "stale": stale[:50], "receipts": receipts(m), "probes": ui_probes(m)}
 
     def history(self, limit: int) -> dict[str, Any]:
         rows = self.memory.meta.history(max(1, min(limit, 200)))
@@ -5229,6 +5229,9 @@ class UiApi:
             if field == "pinned":
                 if not isinstance(value, bool):
                     return {"ok": False, "message": "pinned must be true or false"}
+            elif field == "id":
+                if not isinstance(value, int) or isinstance(value, bool):
+                    return {"ok": False, "message": f"{name} needs id (a whole number)"}
             elif not isinstance(value, str):
                 return {"ok": False, "message": f"{name} needs {field} (a string)"}
         previous, self.memory.client = self.memory.client, "ui"
@@ -5253,6 +5256,18 @@ def _tool(name: str, build: Callable[..., dict[str, Any]], writes_graph: bool = 
         text, is_error = memory.call_tool(name, build(*args))
         return text, not is_error and (not writes_graph or memory.store.stat_key() != before)
     return run
+
+
+UI_PROBES_SHOWN = 200  # the newest; --probes lists every one
+
+
+def ui_probes(memory: Memory) -> dict[str, Any]:
+    """The guardrail's probes for the overview: newest first, with how many there are in all."""
+    try:
+        rows = memory.probe_listing()
+    except sqlite3.Error as err:
+        return {"items": [], "total": 0, "error": describe_db_error(memory.meta.path, err)}
+    return {"items": rows[::-1][:UI_PROBES_SHOWN], "total": len(rows)}
 
 
 def _direct(method: str) -> Callable[..., tuple[str, bool]]:
@@ -5281,6 +5296,8 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
     "verify_fact": (("name", "text"), _tool("mark_fact", lambda n, t: {
         "entityName": n, "observation": t, "action": "verified"}, writes_graph=False)),
     "undo": ((), _direct("undo")),
+    "add_probe": (("query", "entity", "fact"), _direct("add_manual_probe")),
+    "remove_probe": (("id",), _direct("remove_probe")),
 }
 
 

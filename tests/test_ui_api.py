@@ -682,3 +682,22 @@ def test_an_op_is_judged_by_what_it_changed_not_by_the_words_of_its_answer(srv):
     assert res["ok"] is False and "duplicate" in res["message"], res
     ents, _ = srv.graph_file()
     assert "Not found page" in ents and "refused-orders" in ents and "skipped-jobs" not in ents
+
+
+def test_probes_are_listed_added_and_removed_from_the_ui(srv):
+    assert srv.get_json("/api/overview")["probes"] == {"items": [], "total": 0}
+    res = srv.op(op="add_probe", query="which port does alpha use", entity="Alpha", fact="runs on port 8080")
+    assert res["ok"], res
+    probes = srv.get_json("/api/overview")["probes"]
+    assert probes["total"] == 1
+    probe = probes["items"][0]
+    assert (probe["query"], probe["entity"], probe["fact"], probe["source"]) == (
+        "which port does alpha use", "Alpha", "runs on port 8080", "manual")
+    res = srv.op(op="add_probe", query="anything", entity="Alpah", fact="")
+    assert res["ok"] is False and "Alpha" in res["message"], res  # did you mean
+    res = srv.op(op="remove_probe", id=str(probe["id"]))
+    assert res["ok"] is False and "whole number" in res["message"]
+    assert srv.op(op="remove_probe", id=probe["id"])["ok"]
+    assert srv.get_json("/api/overview")["probes"]["total"] == 0
+    res = srv.op(op="remove_probe", id=probe["id"])
+    assert res["ok"] is False and "no probe" in res["message"], res

@@ -247,6 +247,22 @@ def test_stale_anchored_fact_can_be_confirmed(page, server):
     assert page.evaluate("document.getElementById('status').dataset.kind") == "ok"
 
 
+def test_a_probe_is_added_and_removed_on_the_overview(page, server):
+    page.click("document.getElementById('tab-overview')")
+    page.wait_for("!!document.getElementById('probe-add-btn')", timeout=5)
+    for field, value in (("probe-query", "which port does alpha use"), ("probe-entity", "Alpha")):
+        page.click("document.getElementById(%s)" % js(field))
+        page.type_text(value)
+    page.click("document.getElementById('probe-add-btn')")
+    item = "[...document.querySelectorAll('#ov-probes li.row')].find((li) => li.textContent.includes('which port'))"
+    page.wait_for("!!(%s)" % item, timeout=5)
+    remove = "(%s).querySelector('[data-action=remove-probe]')" % item
+    page.evaluate("%s.scrollIntoView()" % remove)
+    page.click(remove)
+    page.wait_for("!(%s)" % item, timeout=5)
+    assert page.evaluate("document.getElementById('status').dataset.kind") == "ok"
+
+
 # A page on another 127.0.0.1 port is same-site: the browser sends it the SameSite=Strict cookie. It tries
 # every write a page can make without the UI's token: no-cors fetches (text/plain), a CORS fetch with a
 # guessed token header (needs a preflight the UI never grants) and a text/plain form posted into a frame.

@@ -3810,7 +3810,7 @@ class Tool:
 
 TOOLS: list[Tool] = [
     Tool("create_entities", "Create Entities",
-         "Create entities with short facts (one idea each, <=300 chars; prefix changing facts with an ISO date). "
+         "Create entities with short facts (one idea each, <={obs_max_chars} chars; prefix changing facts with an ISO date). "
          "Existing names are skipped.",
          _obj({"entities": _arr(_ENTITY_ITEM)}, ["entities"]), _annotations(False, False, False), "create_entities"),
     Tool("create_relations", "Create Relations",
@@ -3840,7 +3840,7 @@ TOOLS: list[Tool] = [
          "Find entities: every word must match a name, type, fact or relation type. Returns ranked names with "
          "matching lines; open_nodes for full entities.",
          _obj({"query": _s("The search query to match against entity names, types, and observation content"),
-               "limit": {"type": "integer", "description": "How many entities to list (default 10)"},
+               "limit": {"type": "integer", "description": "How many entities to list (default {search_limit})"},
                "since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before"))}, ["query"]),
          _annotations(True, False, True), "search_nodes"),
     Tool("open_nodes", "Open Nodes", "Open entities by exact name: all facts and relations.",
@@ -3851,7 +3851,7 @@ TOOLS: list[Tool] = [
          "Marks after a fact: «words» the query words it matched, «~» matched by meaning, not by a query word; "
          "[newer of a conflict] / [older: conflicts with ...] two facts kept that may disagree (delete the wrong one).",
          _obj({"query": _s("What you are about to work on, in a few words"),
-               "budget": {"type": "integer", "description": "Max tokens of the answer (default 1500)"},
+               "budget": {"type": "integer", "description": "Max tokens of the answer (default {recall_budget})"},
                "since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before"))}, ["query"]),
          _annotations(True, False, False), "recall"),
     Tool("changes", "Changes",
@@ -4854,9 +4854,14 @@ META_SERVER = "io.modelcontextprotocol/serverInfo"
 INSTRUCTIONS = (
     "graphmem is your memory across sessions. Before a task, call recall with what you are about to do; "
     "open_nodes for entities you know by name. Record decisions, gotchas and state changes as short facts "
-    "(one idea, <=300 chars; start facts that can change with an ISO date, e.g. '2026-03-02: deployed 2.4.0'). "
+    "(one idea, <={obs_max_chars} chars; start facts that can change with an ISO date, e.g. '2026-03-02: deployed 2.4.0'). "
     "End a fact about specific code with [@path/file.py::Symbol] so memory notices when that code changes. "
     "Never store secrets: record where they live.")
+
+
+# JSON-RPC 2.0 error codes, and MCP's for an unsupported protocol version
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+UNSUPPORTED_VERSION = -32022
 
 
 class RpcError(Exception):
@@ -4865,15 +4870,29 @@ class RpcError(Exception):
         self.code, self.message, self.data = code, message, data
 
 
-def tool_listing(version: str) -> list[dict[str, Any]]:
-    """Only the fields the negotiated protocol version knows."""
+def with_limits(value: Any, settings: Settings) -> Any:
+    """Descriptions (and schemas' descriptions) with the limits this server runs with, not the defaults:
+    {obs_max_chars}, {obs_max}, {search_limit}, {recall_budget}."""
+    if isinstance(value, str):
+        return value.format(obs_max_chars=settings.obs_max_chars, obs_max=settings.obs_max,
+                            search_limit=settings.search_limit, recall_budget=settings.recall_budget) \
+            if "{" in value else value
+    if isinstance(value, dict):
+        return {k: with_limits(v, settings) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_limits(v, settings) for v in value]
+    return value
+
+
+def tool_listing(version: str, settings: Settings) -> list[dict[str, Any]]:
+    """Only the fields the negotiated protocol version knows; limits as this server runs with them."""
     tools = []
     for tool in TOOLS:
         entry: dict[str, Any] = {"name": tool.name}
         if version >= "2025-06-18":
             entry["title"] = tool.title
-        entry["description"] = tool.description
-        entry["inputSchema"] = tool.input_schema
+        entry["description"] = with_limits(tool.description, settings)
+        entry["inputSchema"] = with_limits(tool.input_schema, settings)
         if version >= "2025-03-26":
             entry["annotations"] = tool.annotations
         tools.append(entry)
@@ -4927,18 +4946,18 @@ class McpServer:
         try:
             message = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
-            return _error(None, -32700, "Parse error: the line is not valid UTF-8 JSON")
+            return _error(None, PARSE_ERROR, "Parse error: the line is not valid UTF-8 JSON")
         if isinstance(message, list):
             return self.handle_batch(message)
         return self.handle(message)
 
     def handle_batch(self, batch: list[Any]) -> Any:
         if self.version != "2025-03-26" or not batch:
-            return _error(None, -32600, "Invalid Request: batches are only part of protocol 2025-03-26")
+            return _error(None, INVALID_REQUEST, "Invalid Request: batches are only part of protocol 2025-03-26")
         replies = []
         for message in batch:
             if isinstance(message, dict) and message.get("method") == "initialize":
-                replies.append(_error(message.get("id"), -32600, "Invalid Request: initialize cannot be batched"))
+                replies.append(_error(message.get("id"), INVALID_REQUEST, "Invalid Request: initialize cannot be batched"))
                 continue
             reply = self.handle(message)
             if reply is not None:
@@ -4947,18 +4966,18 @@ class McpServer:
 
     def handle(self, message: Any) -> dict[str, Any] | None:
         if not isinstance(message, dict):
-            return _error(None, -32600, "Invalid Request: expected a JSON object")
+            return _error(None, INVALID_REQUEST, "Invalid Request: expected a JSON object")
         if "method" not in message:
             if "result" in message or "error" in message:
                 return None  # a response to a request we never sent
-            return _error(message.get("id") if _valid_id(message.get("id")) else None, -32600,
+            return _error(message.get("id") if _valid_id(message.get("id")) else None, INVALID_REQUEST,
                           "Invalid Request: no method")
         has_id = "id" in message
         rid = message.get("id")
         if has_id and not _valid_id(rid):
-            return _error(None, -32600, "Invalid Request: id must be a string or an integer")
+            return _error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-            return _error(rid, -32600, "Invalid Request: jsonrpc must be \"2.0\" and method a string") if has_id else None
+            return _error(rid, INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\" and method a string") if has_id else None
         method = message["method"]
         params = message.get("params")
         if params is None:
@@ -4967,7 +4986,7 @@ class McpServer:
             self.notify(method, params)
             return None
         if not isinstance(params, dict):
-            return _error(rid, -32602, "Invalid params: params must be an object")
+            return _error(rid, INVALID_PARAMS, "Invalid params: params must be an object")
         meta = params.get("_meta")
         try:
             if isinstance(meta, dict) and META_VERSION in meta:
@@ -4980,7 +4999,7 @@ class McpServer:
             log(f"internal error in {method}: {err!r}")
             import traceback
             traceback.print_exc(file=sys.stderr)
-            return _error(rid, -32603, f"Internal error: {type(err).__name__}")
+            return _error(rid, INTERNAL_ERROR, f"Internal error: {type(err).__name__}")
         if method in ("initialize", "server/discover", "tools/list"):
             self.start_warm_up()
         return {"jsonrpc": "2.0", "id": rid, "result": result}
@@ -4998,29 +5017,29 @@ class McpServer:
             if isinstance(info, dict) and isinstance(info.get("name"), str):
                 self.client_name = info["name"]
             return {"protocolVersion": self.version, "capabilities": {"tools": {"listChanged": False}},
-                    "serverInfo": self.server_info(self.version), "instructions": INSTRUCTIONS}
+                    "serverInfo": self.server_info(self.version), "instructions": with_limits(INSTRUCTIONS, self.settings)}
         if method == "ping":
             return {}
         if method == "server/discover":
             return self.discover()
         if method in ("tools/list", "tools/call"):
             if self.version is None:
-                raise RpcError(-32602, "Invalid params: send initialize first, or include "
+                raise RpcError(INVALID_PARAMS, "Invalid params: send initialize first, or include "
                                        f"_meta[\"{META_VERSION}\"] (protocol 2026-07-28)")
             if method == "tools/list":
                 _check_cursor(params)
-                return {"tools": tool_listing(self.version)}
+                return {"tools": tool_listing(self.version, self.settings)}
             return self.call(params)
-        raise RpcError(-32601, f"Method not found: {method}")
+        raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     # ── stateless era (2026-07-28): version and capabilities on every request ──
     def modern(self, method: str, params: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         version = meta.get(META_VERSION)
         if not isinstance(version, str) or not isinstance(meta.get(META_CAPABILITIES), dict):
-            raise RpcError(-32602, f"Invalid params: _meta needs \"{META_VERSION}\" (string) and "
+            raise RpcError(INVALID_PARAMS, f"Invalid params: _meta needs \"{META_VERSION}\" (string) and "
                                    f"\"{META_CAPABILITIES}\" (object)")
         if version not in MODERN_VERSIONS:
-            raise RpcError(-32022, "Unsupported protocol version",
+            raise RpcError(UNSUPPORTED_VERSION, "Unsupported protocol version",
                            {"supported": list(MODERN_VERSIONS), "requested": version})
         info = meta.get(META_CLIENT)
         if isinstance(info, dict) and isinstance(info.get("name"), str):
@@ -5029,26 +5048,26 @@ class McpServer:
             return self.discover()
         if method == "tools/list":
             _check_cursor(params)
-            result = {"tools": tool_listing(version), "ttlMs": 0, "cacheScope": "public"}
+            result = {"tools": tool_listing(version, self.settings), "ttlMs": 0, "cacheScope": "public"}
         elif method == "tools/call":
             result = self.call(params)
         else:
-            raise RpcError(-32601, f"Method not found: {method}")
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
         result["resultType"] = "complete"
         result["_meta"] = {META_SERVER: self.server_info(version)}
         return result
 
     def discover(self) -> dict[str, Any]:
         return {"resultType": "complete", "supportedVersions": list(MODERN_VERSIONS),
-                "capabilities": {"tools": {"listChanged": False}}, "instructions": INSTRUCTIONS,
+                "capabilities": {"tools": {"listChanged": False}}, "instructions": with_limits(INSTRUCTIONS, self.settings),
                 "ttlMs": 0, "cacheScope": "public", "_meta": {META_SERVER: self.server_info(MODERN_VERSIONS[-1])}}
 
     def call(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         if not isinstance(name, str):
-            raise RpcError(-32602, "Invalid params: tools/call needs a tool name")
+            raise RpcError(INVALID_PARAMS, "Invalid params: tools/call needs a tool name")
         if name not in TOOLS_BY_NAME:
-            raise RpcError(-32602, f"Unknown tool: {name}. Tools: {', '.join(TOOLS_BY_NAME)}")
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}. Tools: {', '.join(TOOLS_BY_NAME)}")
         arguments = params.get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
             return {"content": [{"type": "text", "text": f"Invalid arguments for {name}: arguments must be an object, "
@@ -5060,7 +5079,7 @@ class McpServer:
 def _check_cursor(params: dict[str, Any]) -> None:
     """Every tool is on the one page we hand out, so no cursor we did not issue is valid."""
     if params.get("cursor") is not None:
-        raise RpcError(-32602, "Invalid params: unknown cursor (all tools are on the first page)")
+        raise RpcError(INVALID_PARAMS, "Invalid params: unknown cursor (all tools are on the first page)")
 
 
 def _valid_id(rid: Any) -> bool:

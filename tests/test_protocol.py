@@ -309,3 +309,15 @@ def test_a_tool_call_racing_the_background_load_waits_for_it(tmp_path):
         server.close()
     stderr = _stderr_text(server)
     assert "Traceback" not in stderr and "stopped" not in stderr
+
+
+def test_tool_descriptions_and_instructions_state_the_limits_the_server_runs_with(tmp_path):
+    server = StdioServer(tmp_path / "memory.jsonl", {"MEMORY_OBS_MAX_CHARS": "80", "MEMORY_RECALL_BUDGET": "700"})
+    try:
+        reply = server.initialize()
+        assert "<=80 chars" in reply["result"]["instructions"]
+        listing = json.dumps(server.request("tools/list")["result"]["tools"])
+        assert "<=80 chars" in listing and "default 700" in listing
+        assert "<=300" not in listing and "{obs_max_chars}" not in listing
+    finally:
+        server.close()

@@ -1323,6 +1323,7 @@ class MetaStore:
                 "INSERT OR IGNORE INTO facts(entity, text, created, last_used, stability, client) VALUES (?,?,?,?,?,?)",
                 [(e, t, now, now, NEW_FACT_STABILITY_H, client) for e, t in missing])
             self.conn.executemany("DELETE FROM facts WHERE entity=? AND text=?", gone)
+            self.conn.executemany("DELETE FROM anchors WHERE entity=? AND text=?", gone)  # a re-added fact starts anew
         for key in gone:
             del self.states[key]
 
@@ -3512,12 +3513,8 @@ class AnchorChecker:
         parsed = parse_anchor(text)
         if not parsed or anchor_path_problem(parsed[0]):
             return
-        row = self._row(entity, text)
-        if row is not None:
-            state = self.memory.meta.states.get((entity, text))
-            if state is None or row.verified >= state.created:
-                return
-            # the fact was deleted and written again since it was recorded: the old record is not about it
+        if self._row(entity, text) is not None:  # recorded already (a deleted fact's record goes with it)
+            return
         self._record_now(entity, text, *parsed)
 
     # ── read time ──
@@ -5253,16 +5250,16 @@ class UiApi:
                     return {"ok": False, "message": f"{name} needs id (a whole number)"}
             elif not isinstance(value, str):
                 return {"ok": False, "message": f"{name} needs {field} (a string)"}
-        previous, self.memory.client = self.memory.client, "ui"
-        try:
-            with self.memory.lock:
+        with self.memory.lock:  # the acting client is "ui" for exactly this op, never for an agent's call
+            previous, self.memory.client = self.memory.client, "ui"
+            try:
                 text, ok = run(self.memory, *[body[f] for f in fields])
-        except ToolError as err:
-            text, ok = str(err), False
-        except StoreError as err:
-            text, ok = f"Not saved: {err}.", False
-        finally:
-            self.memory.client = previous
+            except ToolError as err:
+                text, ok = str(err), False
+            except StoreError as err:
+                text, ok = f"Not saved: {err}.", False
+            finally:
+                self.memory.client = previous
         return {"ok": ok, "message": text}
 
 

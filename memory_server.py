@@ -6460,8 +6460,14 @@ def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str,
         guard, verdict_ok = compact_guardrail(memory, graph, plan)
         lines += guard
         moved = sum(len(v) for v in plan.values())
+        blind = memory.meta.problem or memory.meta.unavailable
+        if blind:  # pins, fact ages and probes live there: without them the plan is a guess
+            lines.append(f"memory.db could not be read ({blind}): pins, fact ages and probes are unknown, so this "
+                         "plan may be wrong" + ("." if dry_run else "; nothing changed. Run it again later."))
         if dry_run:
             return "\n".join(lines + ["dry run: nothing changed."]), 0
+        if blind:
+            return "\n".join(lines), 1
         if not verdict_ok:
             lines.append("rolled back: nothing changed. Pin the facts those probes need, or raise MEMORY_GUARDRAIL_MAX_DROP.")
             return "\n".join(lines), 1

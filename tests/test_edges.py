@@ -526,3 +526,21 @@ def test_fact_state_after_our_own_writes_matches_a_full_reconcile(tmp_path):
         assert set(mem.meta.states) == live, tool
         rows = set(mem.meta.conn.execute("SELECT entity, text FROM facts"))
         assert rows == live, tool
+
+
+def test_compact_changes_nothing_while_memory_db_cannot_be_read(tmp_path):
+    """Pins and probes live in memory.db: a compact that cannot read them would be guessing."""
+    path = tmp_path / "memory.jsonl"
+    compact_graph(path)
+    memory(path).call_tool("search_nodes", {"query": "deploy"})
+    before = path.read_bytes()
+    holder = sqlite3.connect(tmp_path / "memory.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        out = subprocess.run([sys.executable, str(SERVER), "--compact"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "MEMORY_FILE_PATH": str(path), "MEMORY_OBS_MAX": "3"})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert out.returncode == 1 and "memory.db could not be read" in out.stdout, out.stdout + out.stderr
+    assert path.read_bytes() == before

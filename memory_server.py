@@ -108,6 +108,7 @@ class Settings:
     price_per_mtok: float = 3.0
     price_model: str = "claude-sonnet-4-6"
     project_root: Path | None = None
+    personal_path: Path | None = None  # the personal (global) graph read alongside a project's team graph
     lock_timeout: float = 10.0
     test_only_now: float | None = None  # MEMORY_TEST_ONLY_NOW: a frozen clock for tests of decay (never in use)
 
@@ -128,6 +129,7 @@ class Settings:
             raise ConfigError(f"MEMORY_FILE_PATH={path} is a folder; give a file path such as {path / 'memory.jsonl'}")
         return cls(
             file_path=path,
+            personal_path=default_memory_path(env) if team else None,
             obs_max_chars=_number_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
             obs_max=_number_setting(env, "MEMORY_OBS_MAX", 15, 1, 100_000),
             search_limit=_number_setting(env, "MEMORY_SEARCH_LIMIT", 10, 1, 1000),
@@ -3805,21 +3807,26 @@ class Tool:
     handler: str  # Memory method name
 
 
+_SCOPE = {"type": "string", "enum": ["project", "global"],
+          "description": "project (default): this repository's memory; global: your personal memory, seen in every "
+                         "project (preferences, your own conventions). Only differs inside a project with .graphmem/"}
+
 TOOLS: list[Tool] = [
     Tool("create_entities", "Create Entities",
          "Create entities with short facts (one idea each, <={obs_max_chars} chars; prefix changing facts with an ISO date). "
          "Existing names are skipped.",
-         _obj({"entities": _arr(_ENTITY_ITEM)}, ["entities"]), _annotations(False, False, False), "create_entities"),
+         _obj({"entities": _arr(_ENTITY_ITEM), "scope": _SCOPE}, ["entities"]), _annotations(False, False, False), "create_entities"),
     Tool("create_relations", "Create Relations",
          "Create relations between existing entities, in active voice (depends_on, part_of, blocks).",
-         _obj({"relations": _arr(_RELATION_ITEM)}, ["relations"]), _annotations(False, False, False), "create_relations"),
+         _obj({"relations": _arr(_RELATION_ITEM), "scope": _SCOPE}, ["relations"]), _annotations(False, False, False), "create_relations"),
     Tool("add_observations", "Add Observations",
          "Add facts to existing entities. Duplicates are skipped; a fact giving a new value replaces the old one "
          "(archived); over the cap the oldest dated facts are archived.",
          _obj({"observations": _arr(_obj({
              "entityName": _s("The name of the entity to add the observations to"),
              "contents": _arr({"type": "string"}, "An array of observation contents to add")},
-             ["entityName", "contents"]))}, ["observations"]), _annotations(False, False, False), "add_observations"),
+             ["entityName", "contents"])), "scope": _SCOPE}, ["observations"]), _annotations(False, False, False),
+         "add_observations"),
     Tool("delete_entities", "Delete Entities", "Delete entities and their relations (archived facts are kept).",
          _obj({"entityNames": _arr({"type": "string"}, "An array of entity names to delete")}, ["entityNames"]),
          _annotations(False, True, True), "delete_entities"),
@@ -3948,6 +3955,24 @@ DIRECT_COMPARE_MAX = 16  # facts compared pair by pair for recall's conflict fla
                          # 120 pairs cost about what building the index for 16 facts does)
 
 
+PERSONAL_HEADER = "== personal memory (every project; write here with scope: \"global\") =="
+
+
+def tier_entity_names(tool: str, args: dict[str, Any]) -> list[str]:
+    """The entities a delete or edit call acts on, to find the graph they live in."""
+    if tool == "delete_entities":
+        return list(args.get("entityNames") or [])
+    if tool == "delete_observations":
+        return [d["entityName"] for d in args.get("deletions") or []]
+    if tool in ("delete_relations",):
+        return [r["from"] for r in args.get("relations") or []]
+    if tool == "rename_entity":
+        return [args["name"]]
+    if tool in ("mark_fact", "archived_observations"):
+        return [args["entityName"]]
+    return []
+
+
 class Memory:
     """The graph with its lifecycle: every change from an agent or the UI goes through here."""
 
@@ -3955,6 +3980,7 @@ class Memory:
 
     def __init__(self, settings: Settings, client: str | None = None):
         self.settings = settings
+        self._personal: Memory | None = None  # the personal graph beside a team graph, made when first needed
         self.store = GraphStore(settings)
         self.meta = MetaStore(self.store.meta_path, settings.now)
         self.index = SearchIndex()
@@ -4010,6 +4036,15 @@ class Memory:
         problem = validate_args(tool.input_schema, arguments)
         if problem:
             return f"Invalid arguments for {name}: {problem}.", True
+        arguments = dict(arguments)
+        scope = arguments.pop("scope", None)
+        if self.settings.personal_path is not None:
+            routed = self._across_tiers(name, arguments, scope)
+            if routed is not None:
+                return routed
+        return self._run_tool(tool, arguments)
+
+    def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[str, bool]:
         with self.lock:
             try:
                 handler = getattr(self, tool.handler)
@@ -4023,6 +4058,67 @@ class Memory:
                 return f"Not saved: cannot write {self.settings.file_path} ({err.strerror or err}).", True
             finally:
                 settle_heap()
+
+    # ── tiers: a project's team graph, with the personal graph read alongside ──
+    def _across_tiers(self, name: str, args: dict[str, Any], scope: str | None) -> tuple[str, bool] | None:
+        """A call in a project with a team graph: writes go to the project unless scope is "global"; reads
+        span both graphs (the personal one marked); deletes and edits act where the entity lives. None: run
+        it on the project graph as usual."""
+        if name in ("create_entities", "add_observations", "create_relations"):
+            return self.personal(create=True).call_tool(name, args) if scope == "global" else None
+        personal = self.personal(create=False)
+        if personal is None:  # no personal memory yet: nothing to read alongside or to act on
+            return None
+        if name in ("search_nodes", "recall", "read_graph"):
+            return self._with_personal(name, args)
+        if name == "open_nodes":
+            mine = self.graph().by_name()
+            theirs = personal.graph().by_name()
+            elsewhere = [n for n in args["names"] if n not in mine and n in theirs]
+            if not elsewhere:
+                return None
+            here = [n for n in args["names"] if n not in elsewhere]
+            text, _ = personal.call_tool(name, {"names": elsewhere})
+            if here:
+                local, error = self.call_tool(name, {"names": here})
+                return f"{local}\n{PERSONAL_HEADER}\n{text}", error
+            return f"{PERSONAL_HEADER}\n{text}", False
+        named = tier_entity_names(name, args)
+        if named and all(personal.graph().get(n) and not self.graph().get(n) for n in named):
+            return personal.call_tool(name, args)
+        return None
+
+    def personal(self, create: bool) -> "Memory | None":
+        """The personal graph read alongside this project's team graph; None without one (create: make it)."""
+        path = self.settings.personal_path
+        if path is None or (self._personal is None and not create and not path.exists()):
+            return None
+        if self._personal is None:
+            self._personal = Memory(dataclasses.replace(self.settings, file_path=path, personal_path=None), self.client)
+        return self._personal
+
+    def _with_personal(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        """The project's answer, then the personal graph's under PERSONAL_HEADER when it has something; recall
+        stays within its budget (the personal part gets what the project's answer left)."""
+        text, error = self._run_tool(TOOLS_BY_NAME[name], args)
+        personal = self.personal(create=False)
+        if error or personal is None or not personal.graph().entities:
+            return text, error
+        extra = dict(args)
+        if name == "recall":
+            budget = int(args.get("budget") or self.settings.recall_budget)
+            left = budget - estimate_tokens(f"{text}\n{PERSONAL_HEADER}\n")
+            ranked = personal.index.rank_facts(args["query"], personal.strength, None).facts
+            if left < 50 or not ranked:
+                return text, error
+            extra["budget"] = left
+        elif name == "search_nodes" and not personal.index.match_entities(args["query"]):
+            return text, error
+        more, more_error = personal.call_tool(name, extra)
+        combined = f"{text}\n{PERSONAL_HEADER}\n{more}"
+        if more_error or (name == "recall" and estimate_tokens(combined) > int(args.get("budget") or self.settings.recall_budget)):
+            return text, error
+        return combined, error
 
     def _mutate(self, summary: str, change: Callable[[Transaction], str]) -> str:
         """One code path for a change: lock, fresh read, change, archive, atomic write, history.

@@ -231,3 +231,64 @@ def test_local_files_stay_out_of_git(repo):
         server.close()
     status = run(repo, "git", "status", "--porcelain").stdout
     assert status.strip() == "M .graphmem/memory.jsonl", status
+
+
+def serve_in(cwd: Path, home: Path, calls: list[tuple[str, dict]]) -> list[tuple[str, bool]]:
+    """The real server started in `cwd` with no MEMORY_FILE_PATH (as agents start it), HOME=home."""
+    requests = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}]
+    requests += [{"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": n, "arguments": a}}
+                 for i, (n, a) in enumerate(calls)]
+    done = subprocess.run([sys.executable, str(SERVER)], input="".join(json.dumps(r) + "\n" for r in requests),
+                          capture_output=True, text=True, cwd=cwd, env=env_for(home), timeout=60)
+    replies = {r["id"]: r["result"] for r in map(json.loads, done.stdout.splitlines())}
+    return [(replies[i + 1]["content"][0]["text"], replies[i + 1].get("isError", False)) for i in range(len(calls))]
+
+
+def test_in_a_team_project_personal_memory_is_read_alongside_and_written_with_scope_global(repo, tmp_path):
+    home = repo.parent  # env_for(cwd.parent) gives this HOME too
+    personal = home / ".local" / "share" / "graphmem" / "memory.jsonl"
+    personal.parent.mkdir(parents=True)
+    write_graph(personal, [("me", "person", ["prefers tabs over spaces", "reviews pull requests in the morning"])])
+    out = serve_in(repo, home, [
+        ("recall", {"query": "tabs or spaces", "budget": 300}),
+        ("search_nodes", {"query": "Postgres"}),
+        ("open_nodes", {"names": ["api", "me"]}),
+        ("add_observations", {"observations": [{"entityName": "me", "contents": ["uses vim"]}], "scope": "global"}),
+        ("add_observations", {"observations": [{"entityName": "api", "contents": ["p99 budget 200 ms"]}]}),
+        ("delete_observations", {"deletions": [{"entityName": "me", "observations": ["reviews pull requests in the morning"]}]}),
+    ])
+    recall, search, opened, global_write, project_write, delete = out
+    assert "prefers tabs over spaces" in recall[0] and "personal memory" in recall[0]
+    assert ms_tokens(recall[0]) <= 300
+    assert "Postgres 16" in search[0] and "personal memory" not in search[0]
+    assert "written in Go" in opened[0] and "prefers tabs" in opened[0] and not opened[1]
+    assert not global_write[1] and not project_write[1] and not delete[1], out
+    assert entities(personal)["me"]["observations"] == ["prefers tabs over spaces", "uses vim"]
+    team = entities(repo / ".graphmem" / "memory.jsonl")
+    assert "p99 budget 200 ms" in team["api"]["observations"] and "me" not in team
+
+
+def test_memory_file_path_still_means_exactly_one_file(repo):
+    home = repo.parent
+    personal = home / ".local" / "share" / "graphmem" / "memory.jsonl"
+    personal.parent.mkdir(parents=True, exist_ok=True)
+    write_graph(personal, [("me", "person", ["prefers tabs over spaces"])])
+    only = repo.parent / "only.jsonl"
+    write_graph(only, [("x", "t", ["the only fact"])])
+    env = {**env_for(home), "MEMORY_FILE_PATH": str(only)}
+    request = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add_observations", "arguments": {
+            "observations": [{"entityName": "x", "contents": ["second"]}], "scope": "global"}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "recall", "arguments": {"query": "tabs"}}}]
+    done = subprocess.run([sys.executable, str(SERVER)], input="".join(json.dumps(r) + "\n" for r in request),
+                          capture_output=True, text=True, cwd=repo, env=env, timeout=60)
+    replies = {r["id"]: r["result"] for r in map(json.loads, done.stdout.splitlines())}
+    assert entities(only)["x"]["observations"] == ["the only fact", "second"]
+    assert "prefers tabs" not in replies[2]["content"][0]["text"]
+    assert entities(personal)["me"]["observations"] == ["prefers tabs over spaces"]
+
+
+def ms_tokens(text: str) -> int:
+    return (len(text) + 3) // 4

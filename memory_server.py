@@ -4396,7 +4396,9 @@ class Memory:
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
         touching = self._touching(graph)
-        lines = [f"{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
+        where = (f"Team memory of {self.store.path.parent.parent.name} ({TEAM_DIR}/memory.jsonl; your personal "
+                 "memory follows): ") if self.settings.personal_path else ""
+        lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
                  "Names by type (fact count), most connected first; open_nodes or recall for facts."]
         if entityType is not None:
             if entityType not in by_type:

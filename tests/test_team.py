@@ -257,8 +257,11 @@ def test_in_a_team_project_personal_memory_is_read_alongside_and_written_with_sc
         ("add_observations", {"observations": [{"entityName": "me", "contents": ["uses vim"]}], "scope": "global"}),
         ("add_observations", {"observations": [{"entityName": "api", "contents": ["p99 budget 200 ms"]}]}),
         ("delete_observations", {"deletions": [{"entityName": "me", "observations": ["reviews pull requests in the morning"]}]}),
+        ("read_graph", {}),
     ])
-    recall, search, opened, global_write, project_write, delete = out
+    recall, search, opened, global_write, project_write, delete, index = out
+    assert index[0].startswith("Team memory of shop (.graphmem/memory.jsonl") and "personal memory" in index[0]
+    assert "me (2)" in index[0].split("== personal memory")[1]
     assert "prefers tabs over spaces" in recall[0] and "personal memory" in recall[0]
     assert ms_tokens(recall[0]) <= 300
     assert "Postgres 16" in search[0] and "personal memory" not in search[0]

@@ -357,32 +357,23 @@ def heal_conflict_markers(graph: Graph) -> int:
     return len(markers)
 
 
-def fold_duplicates(graph: Graph) -> int:
+def fold_duplicates(graph: Graph) -> None:
     """Entities of the same name (both sides of a healed conflict) become one, every fact kept in order;
-    repeated relations become one. Returns how many duplicate lines were folded."""
+    repeated relations and lines become one."""
     first: dict[str, Entity] = {}
-    entities, folded = [], 0
     for entity in graph.entities:
-        if entity.name in first:
-            keep = first[entity.name]
+        keep = first.setdefault(entity.name, entity)
+        if keep is not entity:
             keep.observations += [o for o in entity.observations if o not in keep.observations]
             keep.extra = {**entity.extra, **keep.extra}
             keep.json_line = None
-            folded += 1
-        else:
-            first[entity.name] = entity
-            entities.append(entity)
-    seen: set[tuple[str, str, str]] = set()
-    relations = []
+    graph.entities = list(first.values())
+    kept: dict[tuple[str, str, str], Relation] = {}
     for r in graph.relations:
-        folded += r.key in seen
-        if r.key not in seen:
-            seen.add(r.key)
-            relations.append(r)
-    graph.entities, graph.relations = entities, relations
+        kept.setdefault(r.key, r)
+    graph.relations = list(kept.values())
     graph.other_lines = list(dict.fromkeys(graph.other_lines))
     graph.invalidate()
-    return folded
 
 
 DATE_PREFIX = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})\b")
@@ -676,17 +667,20 @@ class GraphStore:
         where = info.get("host", "?")
         text = f"pid {info.get('pid', '?')} on {where}"
         if where not in ("?", socket.gethostname()):
-            silent = self._silent_for(self._lock_state())
+            state = self._lock_state()
+            silent = self._silent_for(state[0] if state else None)
             text += (f", another machine: broken once it shows no sign of life for {FOREIGN_LOCK_SILENT_SECONDS:.0f} s"
                      f" (silent {silent:.0f} s so far)")
         return text
 
-    def _lock_state(self) -> tuple[Any, ...] | None:
+    def _lock_state(self) -> tuple[tuple[Any, ...], dict[str, Any] | None] | None:
+        """(what changes with every heartbeat, the owner record), or None when there is no lock."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino, json.dumps(self._lock_info(), sort_keys=True))
+        info = self._lock_info()
+        return (st.st_mtime_ns, st.st_size, st.st_ino, json.dumps(info, sort_keys=True)), info
 
     def _silent_for(self, state: tuple[Any, ...] | None) -> float:
         """How long (our monotonic clock) the lock has stayed exactly as it is now: no heartbeat seen."""
@@ -700,15 +694,15 @@ class GraphStore:
 
     def _stale_reason(self) -> str | None:
         """Why the current lock may be broken, or None while its owner may be alive."""
-        state = self._lock_state()
-        if state is None:
+        found = self._lock_state()
+        if found is None:
             return "gone"
-        info = self._lock_info()
+        state, info = found
         silent = self._silent_for(state)
         age = time.time() - state[0] / 1e9  # by our clock; another machine's clock may disagree
         if info is None:  # no owner record: its writer died between creating and writing it
             return "empty" if max(age, silent) > EMPTY_LOCK_SECONDS else None
-        pid = int(info.get("pid", 0) or 0) if str(info.get("pid", "")).isdigit() else 0
+        pid = info.get("pid") if isinstance(info.get("pid"), int) else 0
         if info.get("host") == socket.gethostname():
             if not _pid_alive(pid):
                 return f"pid {pid} is no longer running"
@@ -4105,8 +4099,8 @@ class Memory:
         if error or personal is None or not personal.graph().entities:
             return text, error
         extra = dict(args)
+        budget = int(args.get("budget") or self.settings.recall_budget)
         if name == "recall":
-            budget = int(args.get("budget") or self.settings.recall_budget)
             left = budget - estimate_tokens(f"{text}\n{PERSONAL_HEADER}\n")
             ranked = personal.index.rank_facts(args["query"], personal.strength, None).facts
             if left < 50 or not ranked:
@@ -4116,7 +4110,7 @@ class Memory:
             return text, error
         more, more_error = personal.call_tool(name, extra)
         combined = f"{text}\n{PERSONAL_HEADER}\n{more}"
-        if more_error or (name == "recall" and estimate_tokens(combined) > int(args.get("budget") or self.settings.recall_budget)):
+        if more_error or (name == "recall" and estimate_tokens(combined) > budget):
             return text, error
         return combined, error
 
@@ -4592,7 +4586,7 @@ class Memory:
         graph = self.graph()
         limit = max(1, min(int(limit or 50), 500))
         history = [(ts, c) for ts, c in self.meta.changes_since(start) if ts < end]
-        lines = [line for _, line in change_lines(history, end)]
+        lines = change_lines(history)
         known = {o for _, c in history for item in c.get("entities", []) for side in (item.get("before"), item.get("after"))
                  if side for o in side["observations"]}  # facts the history explains (renames keep first sightings)
         lines += [f"+ {name}: {text} (first seen {utc_stamp(ts)}, written by another tool)"
@@ -6072,8 +6066,8 @@ def init_team(root_hint: Path, command: list[str]) -> list[str]:
 def parse_mergeable(data: bytes) -> Graph:
     """A side of a merge: conflict markers healed, duplicates folded."""
     graph = parse_graph_bytes(data)
-    heal_conflict_markers(graph)
-    fold_duplicates(graph)
+    if not heal_conflict_markers(graph):  # healing folds already
+        fold_duplicates(graph)
     return graph
 
 
@@ -6195,7 +6189,7 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     memory.meta.reconcile(graph, memory.store.generation, memory.client)
     previous = memory.meta.last_briefing(record=False)
     since = previous or time.time() - CONTEXT_FIRST_DAYS * 86400
-    changed = changes_since(memory, since)
+    changed = briefing_changes(memory, since)
     if previous is not None:  # after the first briefing: facts other tools or people wrote count too
         changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})" for ts, name, text in first_seen(memory.meta, since)
                     if not any(line.startswith(f"+ {name}: {text} (") for line in changed)]
@@ -6248,34 +6242,32 @@ def pinned_and_rules(memory: Memory, graph: Graph) -> list[str]:
     return lines
 
 
-def changes_since(memory: Memory, since: float) -> list[str]:
+def briefing_changes(memory: Memory, since: float) -> list[str]:
     """Facts written, archived or removed since `since`, newest first (the briefing's short form)."""
-    return [line for _, line in change_lines(memory.meta.changes_since(since), float("inf"), stamp=False)]
+    return change_lines(memory.meta.changes_since(since), stamp=False)
 
 
-def change_lines(history: list[tuple[float, dict[str, Any]]], end: float, stamp: bool = True) -> list[tuple[float, str]]:
-    """One line per change in the history rows before `end`: + written, - deleted, ~ archived, > renamed."""
-    lines = []
+def change_lines(history: list[tuple[float, dict[str, Any]]], stamp: bool = True) -> list[str]:
+    """One line per change in the history rows: + written, - deleted, ~ archived, > renamed."""
+    lines: list[str] = []
     for ts, changes in history:
-        if ts >= end:
-            continue
         when = utc_stamp(ts) if stamp else utc_stamp(ts)[:10]
         archived = {(name, f) for name, facts, _ in changes.get("archived", []) for f in facts}
         renamed = {old for old, _ in changes.get("renamed", [])} | {new for _, new in changes.get("renamed", [])}
         for old, new in changes.get("renamed", []):
-            lines.append((ts, f"> {old} renamed to {new} ({when})"))
+            lines.append(f"> {old} renamed to {new} ({when})")
         for item in changes.get("entities", []):
             if item["name"] in renamed:
                 continue
             before = (item.get("before") or {}).get("observations", [])
             after = (item.get("after") or {}).get("observations", [])
-            lines += [(ts, f"+ {item['name']}: {o} ({when})") for o in after if o not in before]
-            lines += [(ts, f"- {item['name']}: {o} (deleted {when})") for o in before
+            lines += [f"+ {item['name']}: {o} ({when})" for o in after if o not in before]
+            lines += [f"- {item['name']}: {o} (deleted {when})" for o in before
                       if o not in after and (item["name"], o) not in archived and item.get("after") is not None]
             if item.get("after") is None and item.get("before") is not None:
-                lines.append((ts, f"- {item['name']} deleted with {len(before)} fact(s) ({when})"))
+                lines.append(f"- {item['name']} deleted with {len(before)} fact(s) ({when})")
         for name, facts, why in changes.get("archived", []):
-            lines += [(ts, f"~ {name}: {short(f, 100)} (archived: {short(why, 80)}, {when})") for f in facts]
+            lines += [f"~ {name}: {short(f, 100)} (archived: {short(why, 80)}, {when})" for f in facts]
     return lines
 
 

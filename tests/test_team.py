@@ -295,3 +295,22 @@ def test_memory_file_path_still_means_exactly_one_file(repo):
 
 def ms_tokens(text: str) -> int:
     return (len(text) + 3) // 4
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file-size limits are POSIX")
+def test_a_merge_that_cannot_write_leaves_ours_as_it_was(tmp_path):
+    """The driver replaces OURS atomically: a full disk (here a file-size limit) fails the merge, and git
+    then keeps the conflict for a person; OURS is untouched and no temp file is left."""
+    import resource
+    base, ours, theirs = (tmp_path / n for n in ("base", "ours", "theirs"))
+    write_graph(base, [("api", "service", ["a"])])
+    write_graph(ours, [("api", "service", ["a", "from ours"])])
+    write_graph(theirs, [("api", "service", ["a", "from theirs " + "x" * 400])])
+    before = ours.read_bytes()
+    limit = len(before) + 10
+    done = subprocess.run([sys.executable, str(SERVER), "--merge", str(base), str(ours), str(theirs)],
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert done.returncode != 0
+    assert ours.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "ours", "theirs"]

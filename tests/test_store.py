@@ -652,9 +652,13 @@ def test_archive_entity_name_of_a_foreign_file_does_not_raise(tmp_path):
     foreign = tmp_path / "my_notes.md"
     foreign.write_text("just notes\n")
     try:
-        ms.archive_entity_name(foreign)
+        name = ms.archive_entity_name(foreign)
     except Exception as err:  # noqa: BLE001
         pytest.fail(f"archive_entity_name raised {err!r}")
+    assert name is None, f"a file graphmem never wrote names no entity, got {name!r}"
+    own = tmp_path / (ms.encode_entity_filename("Alice") + ".md")
+    own.write_text('<!-- graphmem archive; entity: "Alice" -->\n')
+    assert ms.archive_entity_name(own) == "Alice"
 
 
 @pytest.mark.parametrize("name", ["../x", "../../etc/passwd", "a/b", ".", "..", "CON", "con.txt", "NUL",

@@ -1423,6 +1423,39 @@ class MetaStore:
         """Read calls in the ledger: grows by one with every call, so the UI's version sees each one."""
         return self.conn.execute("SELECT coalesce(sum(calls), 0) FROM ledger_days").fetchone()[0]
 
+    def change_stamp(self) -> tuple[int, int, int]:
+        """(sqlite data_version, newest history id, read calls recorded): moves with any process's change."""
+        dv = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        last = self.conn.execute("SELECT coalesce(max(id), 0) FROM history").fetchone()[0]
+        return dv, last, self.calls_recorded()
+
+    def ledger_totals(self) -> tuple[int, int, int]:
+        """(read calls, tokens returned, tokens the reference server would have returned), all time."""
+        return self.conn.execute("SELECT coalesce(sum(calls),0), coalesce(sum(tokens),0),"
+                                 " coalesce(sum(reference_tokens),0) FROM ledger_days").fetchone()
+
+    def ledger_series(self) -> list[tuple[str, int]]:
+        """(day, tokens saved) per day of use, oldest first."""
+        return self.conn.execute("SELECT day, sum(saved) FROM ledger_days GROUP BY day ORDER BY day").fetchall()
+
+    def ledger_by(self, what: str) -> list[tuple[str, int, int, int]]:
+        """(tool or client, calls, tokens, reference tokens), most saved first; `what` is "tool" or "client"."""
+        column = {"tool": "tool", "client": "coalesce(nullif(client, ''), '?')"}[what]
+        return self.conn.execute(f"SELECT {column}, sum(calls), sum(tokens), sum(reference_tokens) FROM ledger_days"
+                                 " GROUP BY 1 ORDER BY sum(reference_tokens) - sum(tokens) DESC").fetchall()
+
+    # ── code anchors (section 8b reads and writes them through these) ──
+    def anchor_row(self, entity: str, text: str) -> tuple[Any, ...] | None:
+        """(root, path, symbol, fingerprint, verified, mtime_ns, size) of a fact's anchor, or None."""
+        return self.conn.execute("SELECT root, path, symbol, fingerprint, verified, mtime_ns, size FROM anchors"
+                                 " WHERE entity=? AND text=?", (entity, text)).fetchone()
+
+    def save_anchor(self, entity: str, text: str, row: tuple[Any, ...]) -> None:
+        """Store a fact's anchor fingerprint (`row` in anchor_row's order)."""
+        with self.write() as conn:
+            conn.execute("INSERT OR REPLACE INTO anchors(entity, text, root, path, symbol, fingerprint, verified,"
+                         " mtime_ns, size) VALUES (?,?,?,?,?,?,?,?,?)", (entity, text, *row))
+
     # ── probes ──
     @best_effort(False)
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
@@ -3298,16 +3331,16 @@ class _FileFacts:
 class AnchorChecker:
     """Resolves `[@path]` / `[@path::Symbol]` markers at the end of a fact against the project root."""
 
-    def __init__(self, memory: "Memory"):
-        self.memory = memory
+    def __init__(self, meta: MetaStore, project_root: Path | None):
+        self.meta = meta                  # where fingerprints are kept (the anchors table)
+        self.project_root = project_root  # Settings.project_root: where new anchors resolve
         self.files: dict[str, _FileFacts] = {}   # absolute path -> facts of its last seen (mtime_ns, size)
         self.hash_count = 0    # file parses and content hashes done; unchanged files are never hashed twice
         self.racy_reads = 0    # re-reads of files that changed within ANCHOR_RACY_NS of being read
 
     def root(self) -> Path:
         """Where new anchors resolve: settings.project_root, else the working directory."""
-        root = self.memory.settings.project_root
-        return Path(root) if root else Path.cwd().resolve()
+        return Path(self.project_root) if self.project_root else Path.cwd().resolve()
 
     # ── files, cached by (mtime_ns, size) ──
     def _info(self, full: Path) -> _FileFacts | None:
@@ -3403,20 +3436,14 @@ class AnchorChecker:
     # ── the anchors table ──
     def _row(self, entity: str, text: str) -> _AnchorRow | None:
         try:
-            row = self.memory.meta.conn.execute(
-                "SELECT root, path, symbol, fingerprint, verified, mtime_ns, size FROM anchors WHERE entity=? AND text=?",
-                (entity, text)).fetchone()
+            row = self.meta.anchor_row(entity, text)
         except (sqlite3.Error, UnicodeEncodeError):  # e.g. a lone surrogate in a hand-edited fact
             return None
         return _AnchorRow(*row) if row else None
 
     def _save(self, entity: str, text: str, row: _AnchorRow) -> None:
         try:
-            with self.memory.meta.write() as conn:
-                conn.execute("INSERT OR REPLACE INTO anchors(entity, text, root, path, symbol, fingerprint, verified,"
-                             " mtime_ns, size) VALUES (?,?,?,?,?,?,?,?,?)",
-                             (entity, text, row.root, row.path, row.symbol, row.fingerprint, row.verified,
-                              row.mtime_ns, row.size))
+            self.meta.save_anchor(entity, text, dataclasses.astuple(row))
         except (sqlite3.Error, UnicodeEncodeError) as err:  # a read must still answer; retried next time
             log(f"warning: cannot record the code anchor of {short(text, 60)!r}: {err}")
 
@@ -3984,7 +4011,7 @@ class Memory:
         self._reference_cache: tuple[int, list[int]] | None = None
         self._relation_size: dict[tuple[str, str, str], int] = {}  # kept across versions: a write changes few
         self._touching_cache: tuple[int, dict[str, list[int]]] | None = None
-        self.anchors = AnchorChecker(self)
+        self.anchors = AnchorChecker(self.meta, settings.project_root)
         self.hints_left = HINTS_PER_CALL  # did-you-mean budget, renewed by each call
 
     # ── reading ──
@@ -4853,9 +4880,7 @@ class Memory:
         """Changes whenever the graph or its metadata changes, from any process: the UI polls it."""
         with self.lock:
             try:
-                dv = self.meta.conn.execute("PRAGMA data_version").fetchone()[0]
-                last = self.meta.conn.execute("SELECT coalesce(max(id), 0) FROM history").fetchone()[0]
-                calls = self.meta.calls_recorded()
+                dv, last, calls = self.meta.change_stamp()
             except sqlite3.Error:  # memory.db busy or broken: the graph's own version still moves
                 dv = last = calls = "?"
             return f"{self.store.stat_key()}|{dv}|{last}|{calls}"
@@ -5410,9 +5435,7 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
 
 
 def receipts(memory: Memory) -> dict[str, Any]:
-    rows = memory.meta.conn.execute("SELECT coalesce(sum(calls),0), coalesce(sum(tokens),0),"
-                                    " coalesce(sum(reference_tokens),0) FROM ledger_days").fetchone()
-    series = memory.meta.conn.execute("SELECT day, sum(saved) FROM ledger_days GROUP BY day ORDER BY day").fetchall()
+    rows, series = memory.meta.ledger_totals(), memory.meta.ledger_series()
     saved = max(rows[2] - rows[1], 0)
     s = memory.settings
     return {"calls": rows[0], "tokensUsed": rows[1], "tokensReference": rows[2], "tokensSaved": saved,
@@ -6695,10 +6718,9 @@ def report(memory: Memory) -> str:
     lines = [f"{r['calls']} read calls: {r['tokensUsed']:,} tokens returned; the reference server would have returned "
              f"{r['tokensReference']:,}. Saved {r['tokensSaved']:,} tokens = ${r['dollarsSaved']:.2f} at "
              f"${s.price_per_mtok:g}/M input tokens ({s.price_model}; set MEMORY_PRICE_PER_MTOK / MEMORY_PRICE_MODEL)."]
-    for label, column in (("per tool", "tool"), ("per client", "coalesce(nullif(client, ''), '?')")):
-        lines.append(f"{label}:")
-        for name, calls, used, ref in memory.meta.conn.execute(
-                f"SELECT {column}, sum(calls), sum(tokens), sum(reference_tokens) FROM ledger_days GROUP BY 1 ORDER BY sum(reference_tokens) - sum(tokens) DESC"):
+    for what in ("tool", "client"):
+        lines.append(f"per {what}:")
+        for name, calls, used, ref in memory.meta.ledger_by(what):
             saved = max(ref - used, 0)
             ratio = f"{ref / used:.1f}x" if used else "-"
             lines.append(f"  {name}: {calls} calls, {used:,} vs {ref:,} tokens ({ratio}), saved {saved:,} = "

@@ -121,7 +121,7 @@ def test_unresolvable_anchors_are_refused_with_did_you_mean(mem):
     assert "inside the project root" in out
     graph = mem.graph()
     assert len(graph.get("scanner").observations) == 3
-    assert memory_server.AnchorChecker(mem).check_new("fine [@src/scanner.py::helper]") is None
+    assert memory_server.AnchorChecker(mem.meta, mem.settings.project_root).check_new("fine [@src/scanner.py::helper]") is None
     assert mem.anchors.check_new("a file [@src/other.py]") is None
     assert mem.anchors.check_new("no anchor here") is None
 

@@ -218,6 +218,11 @@ def _file_bytes(path: Path) -> bytes | None:
         return None
 
 
+def query_words(query: str | None) -> list[str]:
+    """A query's lower-cased words, split on whitespace: the units the reference server matches as substrings."""
+    return (query or "").lower().split()
+
+
 # ════════════════════════════════════════════════════════════════════════════
 # 2. Graph model: entities, relations, JSONL parse and serialise
 # ════════════════════════════════════════════════════════════════════════════
@@ -1461,7 +1466,7 @@ class MetaStore:
     def add_probe(self, query: str, entity: str, fact: str, source: str) -> bool:
         """Store a probe once (True when new). Seen again, it becomes the newest; a manual one stays manual.
         Queries differing only in case or spacing are one probe (recall reads them the same)."""
-        key, now = (db_text(" ".join(query.lower().split())), db_text(entity), db_text(fact)), time.time()
+        key, now = (db_text(" ".join(query_words(query))), db_text(entity), db_text(fact)), time.time()
         with self.write():
             cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
                                     (*key, source, now))
@@ -1608,9 +1613,22 @@ def stems_line(text: str) -> str:
     return " " + " ".join(stem(w) for w in tokenize(text)) + " "
 
 
+CHARS_PER_TOKEN = 4  # the one token estimate: characters / 4, the figure peers publish
+
+
+def tokens_for_chars(chars: int) -> int:
+    """Tokens that `chars` characters cost, rounded up."""
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def chars_for_tokens(tokens: int) -> int:
+    """Characters that fit in `tokens` tokens."""
+    return tokens * CHARS_PER_TOKEN
+
+
 def estimate_tokens(text: str) -> int:
-    """The one token estimate: characters / 4, the figure peers publish."""
-    return (len(text) + 3) // 4
+    """Tokens a text costs (CHARS_PER_TOKEN characters each, rounded up)."""
+    return tokens_for_chars(len(text))
 
 
 # Small groups of words agents use interchangeably in software work (jargon WordNet lacks). No word of a
@@ -2317,7 +2335,7 @@ class SearchIndex:
 
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
-        words = [w for w in query.lower().split() if w]
+        words = query_words(query)
         return [d for d in self.docs if all(w in d.blob or w in d.rels_blob for w in words)]
 
     def reference_matches(self, query: str) -> list[EntityDoc]:
@@ -2502,7 +2520,7 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         shown.append(fact)
         seen_entities.add(fact.entity)
 
-    room, used = 4 * budget - len(footer(gated, budget, hint=False)) - 8, 0  # a generous reserve for the footer
+    room, used = chars_for_tokens(budget) - len(footer(gated, budget, hint=False)) - 8, 0  # a generous reserve for the footer
     for fact in gated:
         if fits(fact, used, room):
             used += cost(fact)
@@ -2510,7 +2528,7 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
     text = render(shown, hint=False)
     taken = {id(f) for f in shown}
     for fact in gated:  # the real footer came out shorter: fill what it left, in rank order
-        if id(fact) in taken or not fits(fact, len(text), 4 * budget):
+        if id(fact) in taken or not fits(fact, len(text), chars_for_tokens(budget)):
             continue
         trial = render(shown + [fact], hint=False)
         if estimate_tokens(trial) <= budget:
@@ -4475,7 +4493,7 @@ class Memory:
         fact_scores: dict[str, list[ScoredFact]] = {}
         for fact in ranking.facts:
             fact_scores.setdefault(fact.entity, []).append(fact)
-        words = [w for w in query.lower().split() if w]
+        words = query_words(query)
 
         def rank(doc: EntityDoc) -> tuple:
             name = doc.name.lower()
@@ -4752,7 +4770,7 @@ class Memory:
             graph = self.graph()
             hint = "" if graph.get(entityName) else self._hint(graph, entityName)
             return f"No archived facts for {_q(entityName)}{hint}."
-        words = [w for w in (query or "").lower().split() if w]
+        words = query_words(query)
         hits = [f for f in facts if all(w in f.text.lower() for w in words)]
         lines, size = [], 0
         for fact in reversed(hits):  # newest first; the oldest are left out when over the cap
@@ -4912,7 +4930,7 @@ class Memory:
         else:  # each relation once, though both its ends may be among the docs
             touching = self._touching(graph)
             chosen = [rel_sizes[i] for i in sorted({i for name in {d.name for d in docs} for i in touching.get(name, ())})]
-        return (reference_size([d.ref_size for d in docs], chosen) + 3) // 4
+        return tokens_for_chars(reference_size([d.ref_size for d in docs], chosen))
 
     def _record(self, tool: str, text: str, reference_tokens: int) -> None:
         self.meta.record_call(tool, self.client, estimate_tokens(text), reference_tokens)
@@ -5317,7 +5335,7 @@ class UiApi:
         return {"name": name, "facts": [{"text": f.text, "why": f.why, "when": f.when} for f in facts]}
 
     def search(self, query: str) -> dict[str, Any]:
-        words = [w for w in query.lower().split() if w]
+        words = query_words(query)
         with self.memory.lock:
             self.memory.graph()
             names = [d.name for d in self.memory.index.match_entities(query)] if words else []

@@ -218,6 +218,15 @@ def _file_bytes(path: Path) -> bytes | None:
         return None
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """Lone surrogates (legal in the JSONL, invalid UTF-8) written as \\uXXXX, as JSON.stringify writes them."""
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(
+        lambda m: "\\u%04x" % ord(m.group()), text)
+
+
 def query_words(query: str | None) -> list[str]:
     """A query's lower-cased words, split on whitespace: the units the reference server matches as substrings."""
     return (query or "").lower().split()
@@ -296,13 +305,9 @@ class Graph:
         return sum(len(e.observations) for e in self.entities)
 
 
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
 def dump_json_line(obj: Any) -> str:
     """Compact JSON, raw UTF-8, lone surrogates escaped: byte-identical to the reference server."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+    return escape_surrogates(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
 
 
 def parse_graph_bytes(data: bytes) -> Graph:
@@ -1125,7 +1130,7 @@ def describe_db_error(path: Path, err: BaseException) -> str:
 
 def db_text(text: str) -> str:
     """SQLite wants valid UTF-8: lone surrogates (legal in the JSONL) are stored escaped, as the file stores them."""
-    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+    return escape_surrogates(text)
 
 
 @dataclasses.dataclass
@@ -2617,7 +2622,7 @@ def recall_pipeline(index: SearchIndex, graph: Graph, query: str, budget: int, s
 # ── the reference server's exact answers: for the savings ledger and the benchmark ──
 
 def _pretty_json(obj: Any) -> str:
-    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), json.dumps(obj, indent=2, ensure_ascii=False))
+    return escape_surrogates(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
 def _reference_graph_json(entities: list[Entity], relations: list[Relation]) -> str:

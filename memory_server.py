@@ -6196,7 +6196,12 @@ def merge_command(paths: list[str]) -> int:
     """Run the merge driver; exit 0 with a clean file (git then takes it), 2 on wrong arguments."""
     if len(paths) not in (3, 4):
         raise ConfigError("--merge needs BASE OURS THEIRS [PATH] (git passes %O %A %B %P)")
-    notes = merge_files(Path(paths[0]), Path(paths[1]), Path(paths[2]), paths[3] if len(paths) == 4 else None)
+    try:
+        notes = merge_files(Path(paths[0]), Path(paths[1]), Path(paths[2]), paths[3] if len(paths) == 4 else None)
+    except OSError as err:  # a full disk or a read-only work tree: OURS is untouched (atomic replace)
+        log(f"merge: cannot write the merged {paths[3] if len(paths) == 4 else paths[1]}: {err.strerror or err}. "
+            "It is unchanged; git keeps the conflict: free space, then run the merge again.")
+        return 1
     for note in notes:
         log(f"merge: {note}")
     return 0

@@ -311,6 +311,7 @@ def test_a_merge_that_cannot_write_leaves_ours_as_it_was(tmp_path):
     done = subprocess.run([sys.executable, str(SERVER), "--merge", str(base), str(ours), str(theirs)],
                           capture_output=True, text=True, timeout=60,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
-    assert done.returncode != 0
+    assert done.returncode == 1
+    assert "cannot write the merged" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert ours.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "ours", "theirs"]

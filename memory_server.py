@@ -3841,14 +3841,21 @@ def _annotations(read_only: bool, destructive: bool, idempotent: bool) -> dict[s
     return {"readOnlyHint": read_only, "destructiveHint": destructive, "idempotentHint": idempotent, "openWorldHint": False}
 
 
+# The MCP tool annotations, by kind of tool (hints a client may use to ask before a call, never a guarantee).
+READS = _annotations(read_only=True, destructive=False, idempotent=True)
+READS_AND_REINFORCES = _annotations(read_only=True, destructive=False, idempotent=False)  # recall: use grows strength
+ADDS = _annotations(read_only=False, destructive=False, idempotent=False)
+SETS = _annotations(read_only=False, destructive=False, idempotent=True)   # the same call twice changes nothing more
+DELETES = _annotations(read_only=False, destructive=True, idempotent=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class Tool:
     name: str
     title: str
     description: str
     input_schema: dict[str, Any]
-    annotations: dict[str, bool]
-    handler: str  # Memory method name
+    annotations: dict[str, bool]  # one of the presets above; the handler is the Memory method of the same name
 
 
 _SCOPE = {"type": "string", "enum": ["project", "global"],
@@ -3859,41 +3866,40 @@ TOOLS: list[Tool] = [
     Tool("create_entities", "Create Entities",
          "Create entities with short facts (one idea each, <={obs_max_chars} chars; prefix changing facts with an ISO date). "
          "Existing names are skipped.",
-         _obj({"entities": _arr(_ENTITY_ITEM), "scope": _SCOPE}, ["entities"]), _annotations(False, False, False), "create_entities"),
+         _obj({"entities": _arr(_ENTITY_ITEM), "scope": _SCOPE}, ["entities"]), ADDS),
     Tool("create_relations", "Create Relations",
          "Create relations between existing entities, in active voice (depends_on, part_of, blocks).",
-         _obj({"relations": _arr(_RELATION_ITEM), "scope": _SCOPE}, ["relations"]), _annotations(False, False, False), "create_relations"),
+         _obj({"relations": _arr(_RELATION_ITEM), "scope": _SCOPE}, ["relations"]), ADDS),
     Tool("add_observations", "Add Observations",
          "Add facts to existing entities. Duplicates are skipped; a fact giving a new value replaces the old one "
          "(archived); over the cap the oldest dated facts are archived.",
          _obj({"observations": _arr(_obj({
              "entityName": _s("The name of the entity to add the observations to"),
              "contents": _arr({"type": "string"}, "An array of observation contents to add")},
-             ["entityName", "contents"])), "scope": _SCOPE}, ["observations"]), _annotations(False, False, False),
-         "add_observations"),
+             ["entityName", "contents"])), "scope": _SCOPE}, ["observations"]), ADDS),
     Tool("delete_entities", "Delete Entities", "Delete entities and their relations (archived facts are kept).",
          _obj({"entityNames": _arr({"type": "string"}, "An array of entity names to delete")}, ["entityNames"]),
-         _annotations(False, True, True), "delete_entities"),
+         DELETES),
     Tool("delete_observations", "Delete Observations", "Delete facts from entities (exact text).",
          _obj({"deletions": _arr(_obj({
              "entityName": _s("The name of the entity containing the observations"),
              "observations": _arr({"type": "string"}, "An array of observations to delete")},
-             ["entityName", "observations"]))}, ["deletions"]), _annotations(False, True, True), "delete_observations"),
+             ["entityName", "observations"]))}, ["deletions"]), DELETES),
     Tool("delete_relations", "Delete Relations", "Delete relations (exact from, to and relationType).",
          _obj({"relations": _arr(_RELATION_ITEM, "An array of relations to delete")}, ["relations"]),
-         _annotations(False, True, True), "delete_relations"),
+         DELETES),
     Tool("read_graph", "Read Graph", "Index of the graph: entity names by type with fact counts (no facts).",
-         _obj({"entityType": _s("List every entity of this type")}, []), _annotations(True, False, True), "read_graph"),
+         _obj({"entityType": _s("List every entity of this type")}, []), READS),
     Tool("search_nodes", "Search Nodes",
          "Find entities: every word must match a name, type, fact or relation type. Returns ranked names with "
          "matching lines; open_nodes for full entities.",
          _obj({"query": _s("The search query to match against entity names, types, and observation content"),
                "limit": {"type": "integer", "description": "How many entities to list (default {search_limit})"},
                "since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before"))}, ["query"]),
-         _annotations(True, False, True), "search_nodes"),
+         READS),
     Tool("open_nodes", "Open Nodes", "Open entities by exact name: all facts and relations.",
          _obj({"names": _arr({"type": "string"}, "An array of entity names to retrieve")}, ["names"]),
-         _annotations(True, False, True), "open_nodes"),
+         READS),
     Tool("recall", "Recall",
          "The facts most relevant to a task from the whole graph, within a token budget. Start tasks with this. "
          "Marks after a fact: «words» the query words it matched, «~» matched by meaning, not by a query word; "
@@ -3901,28 +3907,28 @@ TOOLS: list[Tool] = [
          _obj({"query": _s("What you are about to work on, in a few words"),
                "budget": {"type": "integer", "description": "Max tokens of the answer (default {recall_budget})"},
                "since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before"))}, ["query"]),
-         _annotations(True, False, False), "recall"),
+         READS_AND_REINFORCES),
     Tool("changes", "Changes",
          "What changed in memory in a time window: facts written, archived (superseded, over the cap, faded) and "
          "deleted, entities renamed, with the time of each; newest first. Read-only.",
          _obj({"since": _s(WHEN_HELP.format(edge="from")), "until": _s(WHEN_HELP.format(edge="before")),
                "limit": {"type": "integer", "description": "How many changes to list (default 50)"}}, ["since"]),
-         _annotations(True, False, True), "changes"),
+         READS),
     Tool("mark_fact", "Mark Fact",
          "Pin or unpin a fact (pinned never fades or gets replaced), rate it helpful or not_helpful, or mark a "
          "stale code-anchored fact verified (still true).",
          _obj({"entityName": _s("The entity holding the fact"), "observation": _s("The fact's exact text"),
                "action": {"type": "string", "enum": ["pin", "unpin", "helpful", "not_helpful", "verified"],
                           "description": "What to do"}}, ["entityName", "observation", "action"]),
-         _annotations(False, False, True), "mark_fact"),
+         SETS),
     Tool("rename_entity", "Rename Entity", "Rename an entity; keeps its facts, relations and archive.",
          _obj({"name": _s("Current name"), "newName": _s("New name")}, ["name", "newName"]),
-         _annotations(False, False, False), "rename_entity"),
+         ADDS),
     Tool("archived_observations", "Archived Observations",
          "List an entity's archived facts (filter with query) or restore chosen ones.",
          _obj({"entityName": _s("The entity"), "query": _s("Words every listed fact must contain"),
                "restore": _arr({"type": "string"}, "Exact archived facts to put back")}, ["entityName"]),
-         _annotations(False, False, False), "archived_observations"),
+         ADDS),
 ]
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 
@@ -4091,7 +4097,7 @@ class Memory:
     def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[str, bool]:
         with self.lock:
             try:
-                handler = getattr(self, tool.handler)
+                handler = getattr(self, tool.name)
                 return self._call(lambda: handler(**{k: v for k, v in arguments.items()
                                                      if k in tool.input_schema["properties"]})), False
             except ToolError as err:

@@ -162,7 +162,7 @@ def _test_clock(env: dict[str, str]) -> float | None:
 
 
 # ════════════════════════════════════════════════════════════════════════════
-# 1b. Utilities used everywhere: logging, UTC stamps, atomic file writes
+# 1b. Utilities used everywhere: logging, UTC stamps, atomic writes, surrogates, query words, ToolError
 # ════════════════════════════════════════════════════════════════════════════
 
 def log(message: str) -> None:
@@ -225,6 +225,10 @@ def escape_surrogates(text: str) -> str:
     """Lone surrogates (legal in the JSONL, invalid UTF-8) written as \\uXXXX, as JSON.stringify writes them."""
     return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(
         lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+class ToolError(Exception):
+    """A failure the agent can act on: becomes an isError tool result."""
 
 
 def query_words(query: str | None) -> list[str]:
@@ -2121,6 +2125,12 @@ class SearchIndex:
         self._named_generation = -2
         self._vectors: dict[tuple[str, str], dict[int, float]] = {}
         self._finder: tuple[dict[str, Entity], NameFinder] | None = None
+        self._touching: tuple[int, dict[str, list[int]]] | None = None
+
+    @property
+    def generation(self) -> int:
+        """The graph version (GraphStore.generation) the index was last refreshed with."""
+        return self._generation
 
     @property
     def avg_len(self) -> float:
@@ -2337,6 +2347,18 @@ class SearchIndex:
         if self._finder is None or self._finder[0] is not names:
             self._finder = (names, NameFinder(names))
         return self._finder[1]
+
+    def touching(self, graph: Graph) -> dict[str, list[int]]:
+        """Entity name -> indices of the relations with it at either end, built once per graph version
+        (`graph` is the one the index was last refreshed with)."""
+        if self._touching is None or self._touching[0] != self._generation:
+            touching: dict[str, list[int]] = {}
+            for i, r in enumerate(graph.relations):
+                touching.setdefault(r.frm, []).append(i)
+                if r.to != r.frm:
+                    touching.setdefault(r.to, []).append(i)
+            self._touching = (self._generation, touching)
+        return self._touching[1]
 
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
@@ -3746,13 +3768,103 @@ def hit_rate(results: list[ProbeResult]) -> float:
     return sum(r.hit for r in results) / len(results) if results else 1.0
 
 
+class ProbeLearner:
+    """Where probes come from: a result the agent went on to open (or rated helpful) answered its query, so
+    the query becomes an automatic probe; a person adds manual ones. Stored in memory.db (MetaStore)."""
+
+    RECENT_SECONDS = 600.0  # how long a search or recall result can still be confirmed by opening it
+    RECENT_KEPT = 20        # results remembered at most
+
+    def __init__(self, meta: MetaStore):
+        self.meta = meta
+        self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
+
+    def remember_result(self, query: str, shown: dict[str, list[str]]) -> None:
+        """A search or recall answer: what it showed, for `learn` to confirm."""
+        now = time.time()
+        self.recent = [r for r in self.recent if now - r[0] < self.RECENT_SECONDS][-self.RECENT_KEPT:]
+        self.recent.append((now, query, shown))
+
+    def learn(self, entities: set[str], fact: str | None = None) -> None:
+        """The agent opened `entities` (or rated `fact` helpful): recent queries that showed them are probes."""
+        for _, query, shown in self.recent:
+            for entity in entities & set(shown):
+                facts = [fact] if fact else shown[entity]
+                for text in facts or [""]:
+                    if fact is None or text in shown[entity]:
+                        self.meta.add_probe(query, entity, text, "auto")
+
+    def add(self, query: str, entity: str, fact: str) -> str:
+        """A manual probe (the caller checked that the entity and fact exist)."""
+        return "probe added" if self.meta.add_probe(query, entity, fact, "manual") else "probe already recorded"
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every probe: id, query, entity, fact, source (auto or manual)."""
+        return [{"id": i, "query": q, "entity": e, "fact": f, "source": s} for i, q, e, f, s in self.meta.probe_rows()]
+
+    def remove(self, probe_id: int) -> str:
+        """Forget one probe; a clear error for an unknown id."""
+        if not self.meta.remove_probe(probe_id):
+            raise ToolError(f"no probe {probe_id}; graphmem --probes lists them")
+        return f"probe {probe_id} removed"
+
+
+# ════════════════════════════════════════════════════════════════════════════
+# 9b. Receipts: the tokens of each read answer next to what the reference server would have returned
+# ════════════════════════════════════════════════════════════════════════════
+
+class Receipts:
+    """The savings ledger (memory.db's ledger_days): for every read call, the tokens graphmem returned and the
+    tokens @modelcontextprotocol/server-memory would have returned for the same call on the same graph,
+    computed from per-item sizes (section 6, reference_size) without rendering its JSON."""
+
+    def __init__(self, meta: MetaStore, index: SearchIndex):
+        self.meta = meta
+        self.index = index
+        self._generation = -1
+        self._relation_sizes: list[int] = []                        # per relation, in file order
+        self._relation_size: dict[tuple[str, str, str], int] = {}  # kept across versions: a write changes few
+
+    def ledger(self, client: str | None, tool: str, args: dict[str, Any], text: str, graph: Graph) -> str:
+        """Record a read answer beside the reference server's answer to the same call; returns `text`."""
+        if tool == "read_graph":
+            docs = self.index.docs
+        elif tool == "search_nodes":
+            docs = self.index.reference_matches(str(args.get("query", "")))
+        else:
+            docs = [d for name in dict.fromkeys(args.get("names") or []) for d in self.index.docs_named(name)]
+        self.record(tool, client, text, self.reference_tokens(graph, docs))
+        return text
+
+    def record(self, tool: str, client: str | None, text: str, reference_tokens: int) -> None:
+        """One call in the ledger (best effort: memory.db may be busy)."""
+        self.meta.record_call(tool, client, estimate_tokens(text), reference_tokens)
+
+    def reference_tokens(self, graph: Graph, docs: list[EntityDoc]) -> int:
+        """Tokens of the reference server's answer listing `docs` and the relations touching them."""
+        generation = self.index.generation
+        if generation != self._generation:
+            known, sizes = self._relation_size, {}
+            for r in graph.relations:
+                key = (r.frm, r.to, r.relationType)
+                if key not in sizes:
+                    sizes[key] = known.get(key) or pretty_item_size({"from": r.frm, "to": r.to,
+                                                                     "relationType": r.relationType})
+            self._relation_size = sizes
+            self._relation_sizes = [sizes[(r.frm, r.to, r.relationType)] for r in graph.relations]
+            self._generation = generation
+        if len(docs) == len(self.index.docs):
+            chosen = self._relation_sizes
+        else:  # each relation once, though both its ends may be among the docs
+            touching = self.index.touching(graph)
+            chosen = [self._relation_sizes[i]
+                      for i in sorted({i for name in {d.name for d in docs} for i in touching.get(name, ())})]
+        return tokens_for_chars(reference_size([d.ref_size for d in docs], chosen))
+
+
 # ════════════════════════════════════════════════════════════════════════════
 # 10. Tools: one table; handlers return compact text for a model to read
 # ════════════════════════════════════════════════════════════════════════════
-
-class ToolError(Exception):
-    """A failure the agent can act on: becomes an isError tool result."""
-
 
 WHEN_HELP = ("Only facts written {edge} this time: an ISO 8601 date or date-time (UTC unless it says), "
              "or a relative time such as 30m, 12h, 7d, 2w")
@@ -4026,8 +4138,6 @@ def tier_entity_names(tool: str, args: dict[str, Any]) -> list[str]:
 class Memory:
     """The graph with its lifecycle: every change from an agent or the UI goes through here."""
 
-    RECENT_SECONDS = 600.0
-
     def __init__(self, settings: Settings, client: str | None = None):
         self.settings = settings
         self._personal: Memory | None = None  # the personal graph beside a team graph, made when first needed
@@ -4036,10 +4146,8 @@ class Memory:
         self.index = SearchIndex()
         self.client = client
         self.lock = threading.RLock()
-        self.recent: list[tuple[float, str, dict[str, list[str]]]] = []  # (when, query, {entity: facts shown})
-        self._reference_cache: tuple[int, list[int]] | None = None
-        self._relation_size: dict[tuple[str, str, str], int] = {}  # kept across versions: a write changes few
-        self._touching_cache: tuple[int, dict[str, list[int]]] | None = None
+        self.receipts = Receipts(self.meta, self.index)
+        self.probes = ProbeLearner(self.meta)
         self.anchors = AnchorChecker(self.meta, settings.project_root)
         self.hints_left = HINTS_PER_CALL  # did-you-mean budget, renewed by each call
 
@@ -4048,7 +4156,7 @@ class Memory:
         """Load the graph and build everything the first call would (index, relation index, reference
         sizes for the receipts), so it does not pay for them. Returns the number of facts."""
         graph = self.graph()
-        self._reference_tokens(graph, self.index.docs[:1])  # relation sizes and the relation index
+        self.receipts.reference_tokens(graph, self.index.docs[:1])  # relation sizes and the relation index
         self.index.docs_named("")  # the name map
         settle_heap()
         return sum(len(doc.facts) for doc in self.index.docs)
@@ -4445,7 +4553,7 @@ class Memory:
         by_type: dict[str, list[Entity]] = {}
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
-        touching = self._touching(graph)
+        touching = self.index.touching(graph)
         where = (f"Team memory of {self.store.path.parent.parent.name} ({TEAM_DIR}/memory.jsonl; your personal "
                  "memory follows): ") if self.settings.personal_path else ""
         lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
@@ -4464,22 +4572,11 @@ class Memory:
                 line += f"; +{len(names) - len(shown)} more: read_graph {{\"entityType\": {json.dumps(etype)}}}"
             lines.append(line)
         lines += self._warnings(graph)
-        return self._ledger("read_graph", {}, "\n".join(lines), graph)
-
-    def _touching(self, graph: Graph) -> dict[str, list[int]]:
-        """Entity name -> indices of the relations with it at either end, built once per graph version."""
-        if self._touching_cache is None or self._touching_cache[0] != self.store.generation:
-            touching: dict[str, list[int]] = {}
-            for i, r in enumerate(graph.relations):
-                touching.setdefault(r.frm, []).append(i)
-                if r.to != r.frm:
-                    touching.setdefault(r.to, []).append(i)
-            self._touching_cache = (self.store.generation, touching)
-        return self._touching_cache[1]
+        return self.receipts.ledger(self.client, "read_graph", {}, "\n".join(lines), graph)
 
     def _relations_of(self, graph: Graph, names: Iterable[str]) -> list[Relation]:
         """Relations with an end among names, once each, in file order (as the reference lists them)."""
-        touching = self._touching(graph)
+        touching = self.index.touching(graph)
         return [graph.relations[i] for i in sorted({i for name in names for i in touching.get(name, ())})]
 
     def _warnings(self, graph: Graph) -> list[str]:
@@ -4495,7 +4592,7 @@ class Memory:
         graph = self.graph()
         limit = max(1, min(int(limit or self.settings.search_limit), 200))
         if not query.strip():
-            return self._ledger("search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
+            return self.receipts.ledger(self.client, "search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
         docs = self.index.match_entities(query)
         ranking = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
         if keep is not None:  # since/until: entities with a fact written then, and only those facts shown
@@ -4513,13 +4610,13 @@ class Memory:
             return (-tier, -sum(f.score for f in facts[:3]), doc.name.lower())
 
         docs.sort(key=rank)
-        touching = self._touching(graph)
+        touching = self.index.touching(graph)
         fallback = not docs
         if fallback:  # nothing has every word: offer the closest entities by ranking, and say so
             docs = [d for name in dict.fromkeys(f.entity for f in ranking.facts) for d in self.index.docs_named(name)[:1]]
             if not docs:
                 text = f"No entities match {_q(query)} (every word must match a name, type, fact or relation type)."
-                return self._ledger("search_nodes", {"query": query}, text, graph)
+                return self.receipts.ledger(self.client, "search_nodes", {"query": query}, text, graph)
             head = (f"No entity matches every word of {_q(query)}; {len(docs)} closest by ranking"
                     + (f", top {limit} shown" if len(docs) > limit else "") + ". open_nodes for full entities.")
         else:
@@ -4543,8 +4640,8 @@ class Memory:
                 rels = [r.line() for r in self._relations_of(graph, [doc.name])
                         if any(w in r.relationType.lower() for w in words)]
                 lines += [f"    › {line}" for line in rels[:room - len(snippets)]]
-        self._remember_result(query, shown_facts)
-        return self._ledger("search_nodes", {"query": query}, "\n".join(lines + self._warnings(graph)), graph)
+        self.probes.remember_result(query, shown_facts)
+        return self.receipts.ledger(self.client, "search_nodes", {"query": query}, "\n".join(lines + self._warnings(graph)), graph)
 
     @staticmethod
     def _snippet(text: str, words: list[str]) -> str:
@@ -4587,8 +4684,8 @@ class Memory:
         if not found:
             text = text.strip() or "Nothing found."
         self.meta.reinforce(shown_keys)
-        self._learn_probes(shown_names)
-        return self._ledger("open_nodes", {"names": names}, text.strip() + "\n".join([""] + self._warnings(graph)).rstrip(), graph)
+        self.probes.learn(shown_names)
+        return self.receipts.ledger(self.client, "open_nodes", {"names": names}, text.strip() + "\n".join([""] + self._warnings(graph)).rstrip(), graph)
 
     def _fact_flags(self, entity: Entity, text: str, clock: ActivityClock) -> str:
         flags = []
@@ -4651,7 +4748,7 @@ class Memory:
         if not lines:
             return f"No changes {window}."
         head = f"{len(lines)} change(s) {window}" + (f", newest {limit} shown" if len(lines) > limit else "") + ":"
-        return self._ledger("changes", {}, "\n".join([head] + lines[:limit]), graph)
+        return self.receipts.ledger(self.client, "changes", {}, "\n".join([head] + lines[:limit]), graph)
 
     def recall(self, query: str, budget: int | None = None, since: str | None = None, until: str | None = None) -> str:
         window = time_window(since, until, time.time())
@@ -4680,9 +4777,9 @@ class Memory:
         shown: dict[str, list[str]] = {}
         for f in packed.shown:
             shown.setdefault(f.entity, []).append(f.text)
-        self._remember_result(query, shown)
+        self.probes.remember_result(query, shown)
         docs = [d for name in shown for d in self.index.docs_named(name)]
-        self._record("recall", text, self._reference_tokens(graph, docs) if shown else 0)
+        self.receipts.record("recall", self.client, text, self.receipts.reference_tokens(graph, docs) if shown else 0)
         return text
 
     def mark_fact(self, entityName: str, observation: str, action: str) -> str:
@@ -4697,7 +4794,7 @@ class Memory:
             state.importance = min(1.0, state.importance + 0.25)
             state.stability = min(MAX_STABILITY_H, state.stability * 2.0)
             state.last_used = self.meta.now()
-            self._learn_probes({entity.name}, fact=text)
+            self.probes.learn({entity.name}, fact=text)
             message = f"Noted: {_q(text)} helped (it will fade slower and rank higher)."
         elif action == "not_helpful":
             state.importance = max(0.0, state.importance - 0.25)
@@ -4914,43 +5011,7 @@ class Memory:
                 dv = last = calls = "?"
             return f"{self.store.stat_key()}|{dv}|{last}|{calls}"
 
-    # ── receipts and probes ──
-    def _ledger(self, tool: str, args: dict[str, Any], text: str, graph: Graph) -> str:
-        """Record tokens returned beside what the reference server would have returned for the same call."""
-        if tool == "read_graph":
-            docs = self.index.docs
-        elif tool == "search_nodes":
-            docs = self.index.reference_matches(str(args.get("query", "")))
-        else:
-            docs = [d for name in dict.fromkeys(args.get("names") or []) for d in self.index.docs_named(name)]
-        self._record(tool, text, self._reference_tokens(graph, docs))
-        return text
-
-    def _reference_tokens(self, graph: Graph, docs: list[EntityDoc]) -> int:
-        if self._reference_cache is None or self._reference_cache[0] != self.store.generation:
-            known, sizes = self._relation_size, {}
-            for r in graph.relations:
-                key = (r.frm, r.to, r.relationType)
-                if key not in sizes:
-                    sizes[key] = known.get(key) or pretty_item_size({"from": r.frm, "to": r.to, "relationType": r.relationType})
-            self._relation_size = sizes
-            self._reference_cache = (self.store.generation, [sizes[(r.frm, r.to, r.relationType)] for r in graph.relations])
-        rel_sizes = self._reference_cache[1]
-        if len(docs) == len(self.index.docs):
-            chosen = rel_sizes
-        else:  # each relation once, though both its ends may be among the docs
-            touching = self._touching(graph)
-            chosen = [rel_sizes[i] for i in sorted({i for name in {d.name for d in docs} for i in touching.get(name, ())})]
-        return tokens_for_chars(reference_size([d.ref_size for d in docs], chosen))
-
-    def _record(self, tool: str, text: str, reference_tokens: int) -> None:
-        self.meta.record_call(tool, self.client, estimate_tokens(text), reference_tokens)
-
-    def _remember_result(self, query: str, shown: dict[str, list[str]]) -> None:
-        now = time.time()
-        self.recent = [r for r in self.recent if now - r[0] < self.RECENT_SECONDS][-20:]
-        self.recent.append((now, query, shown))
-
+    # ── probes a person manages (CLI --probe/--probes/--remove-probe, the UI's overview) ──
     def add_manual_probe(self, query: str, entity: str, fact: str = "") -> str:
         """A question recall must keep answering, added by a person: the entity (and fact) must exist now."""
         graph = self.graph()
@@ -4961,26 +5022,15 @@ class Memory:
                             "; give its exact text (open_nodes lists them)"))
         if not query.strip():
             raise ToolError("the probe's question is empty")
-        added = self.meta.add_probe(query, entity, fact, "manual")
-        return "probe added" if added else "probe already recorded"
+        return self.probes.add(query, entity, fact)
 
     def probe_listing(self) -> list[dict[str, Any]]:
         """Every probe, for the CLI and the UI."""
-        return [{"id": i, "query": q, "entity": e, "fact": f, "source": s} for i, q, e, f, s in self.meta.probe_rows()]
+        return self.probes.listing()
 
     def remove_probe(self, probe_id: int) -> str:
-        if not self.meta.remove_probe(probe_id):
-            raise ToolError(f"no probe {probe_id}; graphmem --probes lists them")
-        return f"probe {probe_id} removed"
-
-    def _learn_probes(self, entities: set[str], fact: str | None = None) -> None:
-        """A result the agent went on to open (or rated helpful) answered its query: keep it as a probe."""
-        for _, query, shown in self.recent:
-            for entity in entities & set(shown):
-                facts = [fact] if fact else shown[entity]
-                for text in facts or [""]:
-                    if fact is None or text in shown[entity]:
-                        self.meta.add_probe(query, entity, text, "auto")
+        """Forget probe `probe_id` (ids from probe_listing)."""
+        return self.probes.remove(probe_id)
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -5362,7 +5412,7 @@ class UiApi:
         m = self.memory
         with m.lock:
             graph = m.graph()
-            degree = {name: len(ix) for name, ix in m._touching(graph).items()}
+            degree = {name: len(ix) for name, ix in m.index.touching(graph).items()}
             fading = [{"entity": e, "text": o, "retention": round(r, 3)} for r, e, o in m.fading_facts(graph)]
             stale = [{"entity": e.name, "text": o, "detail": st["detail"]} for e in graph.entities for o in e.observations
                      for st in [m.anchors.status(e.name, o)] if st and st["state"] != "current"]

@@ -3768,6 +3768,39 @@ def hit_rate(results: list[ProbeResult]) -> float:
     return sum(r.hit for r in results) / len(results) if results else 1.0
 
 
+def unguarded_fades_kept(memory: "Memory", plan: dict[str, list[tuple[str, str]]]
+                         ) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """(plan, note): with no probes, the plan without its faded facts (conservative: nothing to check them against)."""
+    if memory.meta.probes():
+        return plan, []
+    kept = {name: [m for m in moves if m[1] != "compacted (faded)"] for name, moves in plan.items()}
+    faded = sum(len(plan[name]) - len(moves) for name, moves in kept.items())
+    note = [f"kept {faded} faded fact(s): no probes to check recall against yet (they are learned when an agent "
+            "opens what recall found, or add one with --probe)"] if faded else []
+    return {name: moves for name, moves in kept.items() if moves}, note
+
+
+def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, str]]]) -> tuple[list[str], bool]:
+    """Run every probe on the graph now and on the graph the plan would leave: (report lines, passed)."""
+    s = memory.settings
+    probes = memory.meta.probes()
+    if not probes:
+        return ["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"], True
+    after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
+                                                  if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
+                   for e in graph.entities], graph.relations)
+    before_results = run_probes(probes, graph, s.recall_budget, memory)
+    after_results = run_probes(probes, after, s.recall_budget, memory)
+    before, after_rate = hit_rate(before_results), hit_rate(after_results)
+    lost = [a for b, a in zip(before_results, after_results) if b.hit and not a.hit]
+    ok = before - after_rate <= s.guardrail_max_drop + 1e-9
+    lines = [f"guardrail: {len(probes)} probes, hit rate {before:.1%} now, {after_rate:.1%} after "
+             f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if ok else 'FAIL'}"]
+    lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
+              for p in lost[:20]]
+    return lines, ok
+
+
 class ProbeLearner:
     """Where probes come from: a result the agent went on to open (or rated helpful) answered its query, so
     the query becomes an automatic probe; a person adds manual ones. Stored in memory.db (MetaStore)."""
@@ -6698,18 +6731,6 @@ def compact_plan(memory: Memory, graph: Graph) -> dict[str, list[tuple[str, str]
     return plan
 
 
-def unguarded_fades_kept(memory: Memory, plan: dict[str, list[tuple[str, str]]]
-                         ) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
-    """(plan, note): with no probes, the plan without its faded facts (conservative: nothing to check them against)."""
-    if memory.meta.probes():
-        return plan, []
-    kept = {name: [m for m in moves if m[1] != "compacted (faded)"] for name, moves in plan.items()}
-    faded = sum(len(plan[name]) - len(moves) for name, moves in kept.items())
-    note = [f"kept {faded} faded fact(s): no probes to check recall against yet (they are learned when an agent "
-            "opens what recall found, or add one with --probe)"] if faded else []
-    return {name: moves for name, moves in kept.items() if moves}, note
-
-
 def describe_plan(memory: Memory, graph: Graph, plan: dict[str, list[tuple[str, str]]], show_all: bool) -> list[str]:
     """Every fact the plan archives, with its reason; past PLAN_LINES_SHOWN, how many more and how to see them."""
     moved = sum(len(v) for v in plan.values())
@@ -6732,27 +6753,6 @@ def plan_reason(memory: Memory, graph: Graph, name: str, text: str, why: str, cl
                 f"day(s) of use, half-life {state.stability / 24.0:.0f}")
     entity = graph.get(name)
     return f"oldest dated of {len(entity.observations) if entity else '?'} facts, over the cap of {memory.settings.obs_max}"
-
-
-def compact_guardrail(memory: Memory, graph: Graph, plan: dict[str, list[tuple[str, str]]]) -> tuple[list[str], bool]:
-    """Run every probe on the graph now and on the graph the plan would leave: (report lines, passed)."""
-    s = memory.settings
-    probes = memory.meta.probes()
-    if not probes:
-        return ["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"], True
-    after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
-                                                  if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
-                   for e in graph.entities], graph.relations)
-    before_results = run_probes(probes, graph, s.recall_budget, memory)
-    after_results = run_probes(probes, after, s.recall_budget, memory)
-    before, after_rate = hit_rate(before_results), hit_rate(after_results)
-    lost = [a for b, a in zip(before_results, after_results) if b.hit and not a.hit]
-    ok = before - after_rate <= s.guardrail_max_drop + 1e-9
-    lines = [f"guardrail: {len(probes)} probes, hit rate {before:.1%} now, {after_rate:.1%} after "
-             f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if ok else 'FAIL'}"]
-    lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
-              for p in lost[:20]]
-    return lines, ok
 
 
 def apply_compact_plan(tx: Transaction, plan: dict[str, list[tuple[str, str]]],

@@ -4117,35 +4117,6 @@ def _q(text: str, limit: int = 80) -> str:
     return json.dumps(short(text, limit), ensure_ascii=False)
 
 
-HEAP_SWEEP_EVERY = 500  # tool calls between full collections (a few small closures per call are cyclic)
-_calls_since_sweep = 0
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def settle_heap() -> None:
-    """Move what is alive now out of the cyclic collector's reach. The graph, its index and caches are large,
-    long-lived and free of reference cycles (reference counts free them as usual); without this each new
-    version of them is traversed again and again by the collector: 0.1-0.3 s pauses at 100k facts. The
-    little cyclic garbage calls leave is swept by a full collection every HEAP_SWEEP_EVERY calls."""
-    global _calls_since_sweep
-    _calls_since_sweep += 1
-    if _calls_since_sweep >= HEAP_SWEEP_EVERY:
-        _calls_since_sweep = 0
-        gc.unfreeze()
-        gc.collect()
-    gc.freeze()
-
-
 DIRECT_COMPARE_MAX = 16  # facts compared pair by pair for recall's conflict flags; above, FactNeighbours (a guess:
                          # 120 pairs cost about what building the index for 16 facts does)
 
@@ -4191,14 +4162,12 @@ class Memory:
         graph = self.graph()
         self.receipts.reference_tokens(graph, self.index.docs[:1])  # relation sizes and the relation index
         self.index.docs_named("")  # the name map
-        settle_heap()
         return sum(len(doc.facts) for doc in self.index.docs)
 
     def graph(self) -> Graph:
-        with collector_paused():  # loading allocates millions of objects, none of them garbage
-            graph = self.store.read()
-            self.meta.reconcile(graph, self.store.generation, self.client)
-            self.index.refresh(graph, self.store.generation)
+        graph = self.store.read()
+        self.meta.reconcile(graph, self.store.generation, self.client)
+        self.index.refresh(graph, self.store.generation)
         return graph
 
     def strength(self, entity: str, text: str) -> float:
@@ -4247,8 +4216,6 @@ class Memory:
                 return f"Not saved: {err}.", True
             except OSError as err:
                 return f"Not saved: cannot write {self.settings.file_path} ({err.strerror or err}).", True
-            finally:
-                settle_heap()
 
     # ── tiers: a project's team graph, with the personal graph read alongside ──
     def _across_tiers(self, name: str, args: dict[str, Any], scope: str | None) -> tuple[str, bool] | None:
@@ -5125,6 +5092,47 @@ def tool_listing(version: str, settings: Settings) -> list[dict[str, Any]]:
     return tools
 
 
+HEAP_SWEEP_EVERY = 500  # tool calls between full collections (a few small closures per call are cyclic)
+_calls_since_sweep = 0
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off while a call runs: loading a graph allocates millions of objects, none garbage."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def settle_heap() -> None:
+    """Move what is alive now out of the cyclic collector's reach. The graph, its index and caches are large,
+    long-lived and free of reference cycles (reference counts free them as usual); without this each new
+    version of them is traversed again and again by the collector: 0.1-0.3 s pauses at 100k facts. The
+    little cyclic garbage calls leave is swept by a full collection every HEAP_SWEEP_EVERY calls."""
+    global _calls_since_sweep
+    _calls_since_sweep += 1
+    if _calls_since_sweep >= HEAP_SWEEP_EVERY:
+        _calls_since_sweep = 0
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def managed_heap() -> Iterator[None]:
+    """Around each call of a long-running server (the MCP loop, the UI): no collection while it runs, then
+    settle_heap. One-shot CLI commands need neither."""
+    try:
+        with collector_paused():
+            yield
+    finally:
+        settle_heap()
+
+
 class McpServer:
     def __init__(self, settings: Settings, warm_up: bool = False):
         self.settings = settings
@@ -5152,7 +5160,7 @@ class McpServer:
             started = time.monotonic()
             try:
                 memory = self.memory()
-                with memory.lock:
+                with memory.lock, managed_heap():
                     facts = memory.warm_up()
             except Exception as err:  # the first real call reports it to the agent
                 log(f"background load stopped: {err}")
@@ -5298,7 +5306,8 @@ class McpServer:
         if arguments is not None and not isinstance(arguments, dict):
             return {"content": [{"type": "text", "text": f"Invalid arguments for {name}: arguments must be an object, "
                                                           f"received {_json_type(arguments)}."}], "isError": True}
-        text, is_error = self.memory().call_tool(name, arguments or {})
+        with managed_heap():
+            text, is_error = self.memory().call_tool(name, arguments or {})
         return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
@@ -5602,6 +5611,18 @@ class UiAuth:
         return None
 
 
+# What the page may read: path -> answer from the API and the query string's parameters (GET; changes are
+# POSTed to /api/op, see UI_OPS).
+UI_READS: dict[str, Callable[[UiApi, dict[str, str]], Any]] = {
+    "/api/version": lambda api, q: {"version": api.memory.version()},
+    "/api/graph": lambda api, q: api.graph(),
+    "/api/archived": lambda api, q: api.archived(q.get("name", "")),
+    "/api/search": lambda api, q: api.search(q.get("q", "")),
+    "/api/overview": lambda api, q: api.overview(),
+    "/api/history": lambda api, q: api.history(int(q.get("limit", "20") or 20)),
+}
+
+
 def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type:
     from http.server import BaseHTTPRequestHandler
     from urllib.parse import parse_qs, urlsplit
@@ -5735,23 +5756,15 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
                 return
             if not self._api_allowed():
                 return
+            read = UI_READS.get(url.path)
+            if read is None:
+                self._json(*((405, {"error": "changes need POST"}) if url.path == "/api/op" else
+                             (404, {"error": f"no such endpoint {url.path}"})))
+                return
             try:
-                if url.path == "/api/version":
-                    self._json(200, {"version": api.memory.version()})
-                elif url.path == "/api/graph":
-                    self._json(200, api.graph())
-                elif url.path == "/api/archived":
-                    self._json(200, api.archived(query.get("name", "")))
-                elif url.path == "/api/search":
-                    self._json(200, api.search(query.get("q", "")))
-                elif url.path == "/api/overview":
-                    self._json(200, api.overview())
-                elif url.path == "/api/history":
-                    self._json(200, api.history(int(query.get("limit", "20") or 20)))
-                elif url.path == "/api/op":
-                    self._json(405, {"error": "changes need POST"})
-                else:
-                    self._json(404, {"error": f"no such endpoint {url.path}"})
+                with managed_heap():
+                    answer = read(api, query)
+                self._json(200, answer)
             except (ValueError, OSError) as err:
                 self._json(400, {"error": str(err)})
             except Exception as err:
@@ -5772,7 +5785,9 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
             if body is None:
                 return
             try:
-                self._json(200, api.op(body))
+                with managed_heap():
+                    answer = api.op(body)
+                self._json(200, answer)
             except Exception as err:  # the page gets a message, the server keeps serving
                 log(f"UI op failed: {err!r}")
                 self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})

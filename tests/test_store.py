@@ -891,13 +891,21 @@ def test_two_graphs_in_one_folder_keep_separate_archives(tmp_path):
 
 
 def test_calls_keep_the_collector_off_the_graph_but_cyclic_garbage_is_still_swept(tmp_path, monkeypatch):
-    """After a call, what is alive is frozen (the collector no longer walks the big graph on every call); a
+    """After a call of the MCP loop, what is alive is frozen (the collector no longer walks the big graph on every call); a
     full sweep every HEAP_SWEEP_EVERY calls still frees cyclic garbage frozen in between."""
     import gc
     import weakref
     import memory_server as ms
-    from conftest import call, make_memory
+    from conftest import make_memory
     mem = make_memory(tmp_path, [("Api", "service", ["runs on port 8080"])])
+    server = ms.McpServer(mem.settings)  # the MCP loop manages the heap around each call
+    server.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+
+    def call(_mem, tool, args):
+        answer = server.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                "params": {"name": tool, "arguments": args}})
+        assert not answer["result"]["isError"], answer
     monkeypatch.setattr(ms, "HEAP_SWEEP_EVERY", 4)
     monkeypatch.setattr(ms, "_calls_since_sweep", 0)
 

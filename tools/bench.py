@@ -124,7 +124,13 @@ class Bench:
 
 
 def call(mem, tool: str, args: dict) -> tuple[str, bool]:
-    return mem.call_tool(tool, args)
+    """A tool call as the MCP loop makes it: inside managed_heap where the version has one (since 0.1.0+main;
+    older versions managed the collector inside Memory)."""
+    heap = getattr(sys.modules[type(mem).__module__], "managed_heap", None)
+    if heap is None:
+        return mem.call_tool(tool, args)
+    with heap():
+        return mem.call_tool(tool, args)
 
 
 def write_jsonl(path: str, entities: list[dict], relations: list[dict]) -> None:

@@ -3210,6 +3210,75 @@ def overflow_to_archive(entity: Entity, cap: int, keep: set[str], pinned: Callab
     return [o for _, _, o in dated[:over]]
 
 
+class Lifecycle:
+    """The rules above applied to one graph's facts as they are now: strength on the activity clock (MetaStore
+    keeps the per-fact state), what is pinned, what is fading, and the marks answers put after a fact."""
+
+    def __init__(self, meta: MetaStore, anchors: "AnchorChecker"):
+        self.meta = meta
+        self.anchors = anchors
+
+    def strength(self, entity: str, text: str) -> float:
+        """A fact's retention now (1.0 when just used or pinned), for ranking."""
+        return self.meta.state(entity, text).retention(self.meta.clock())
+
+    def pinned(self, entity: str) -> Callable[[str], bool]:
+        """Whether a fact of `entity` is pinned (never replaced, never archived by the cap)."""
+        return lambda text: self.meta.state(entity, text).pinned
+
+    def fading(self, entity: Entity, text: str, clock: ActivityClock) -> float | None:
+        """The retention of a fact that can fade (can_fade) and is under FADING_RETENTION, else None."""
+        if not can_fade(entity.entityType, text):
+            return None
+        r = self.meta.state(entity.name, text).retention(clock)
+        return r if r < FADING_RETENTION else None
+
+    def fading_facts(self, graph: Graph) -> list[tuple[float, str, str]]:
+        """(retention, entity, fact) under FADING_RETENTION, most faded first, of the facts that can fade
+        (can_fade): for --lint and the UI."""
+        clock = self.meta.clock()
+        found = []
+        for e in graph.entities:
+            for o in e.observations:
+                if can_fade(e.entityType, o):
+                    retention = self.meta.state(e.name, o).retention(clock)
+                    if retention < FADING_RETENTION:
+                        found.append((retention, e.name, o))
+        return sorted(found)
+
+    def flags(self, entity: Entity, text: str, clock: ActivityClock) -> str:
+        """The marks after a fact in open_nodes and recall: [pinned] or [fading 0.25], then its anchor's state."""
+        flags = []
+        if self.meta.state(entity.name, text).pinned:
+            flags.append("pinned")
+        else:
+            r = self.fading(entity, text, clock)
+            if r is not None:
+                flags.append(f"fading {r:.2f}")
+        note = self.anchors.note(entity.name, text)
+        return (f" [{', '.join(flags)}]" if flags else "") + note
+
+    def fact_notes(self, graph: Graph) -> Callable[[ScoredFact], str]:
+        """What recall writes after a fact: its flags (pinned, fading) and its anchor's state. The recall tool
+        and the guardrail's probes use the same notes."""
+        clock = self.meta.clock()
+        return lambda f: self.flags(graph.get(f.entity), f.text, clock)
+
+    @staticmethod
+    def conflict_notes(graph: Graph) -> Callable[[list[ScoredFact]], Callable[[ScoredFact], str]]:
+        """For the facts recall shows: which of two facts of one entity kept as a possible conflict is newer
+        (later in the entity's list: facts are appended as written). Only among the shown facts, once they are
+        chosen: working it out for every candidate made recall at 10k facts several times slower."""
+        def for_shown(shown: list[ScoredFact]) -> Callable[[ScoredFact], str]:
+            texts: dict[str, set[str]] = {}
+            for fact in shown:
+                texts.setdefault(fact.entity, set()).add(fact.text)
+            flags = {entity: conflicts_among(graph.get(entity), group) for entity, group in texts.items()
+                     if len(group) > 1}
+            return lambda f: flags.get(f.entity, {}).get(f.text, "")
+        return for_shown
+
+
 # ════════════════════════════════════════════════════════════════════════════
 # 8b. Code anchors: facts that name the code they are about
 # ════════════════════════════════════════════════════════════════════════════
@@ -3753,10 +3822,10 @@ def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: in
     same recall_pipeline agents get, with the same strength, stale-anchor penalty and flags."""
     index = SearchIndex()
     index.refresh(graph, 0)
-    notes, flags = memory.fact_notes(graph), memory.conflict_notes(graph)
+    notes, flags = memory.lifecycle.fact_notes(graph), memory.lifecycle.conflict_notes(graph)
     results = []
     for query, entity, fact, _source in probes:
-        packed = recall_pipeline(index, graph, query, budget, memory.strength, memory.anchors.rank_penalty, notes,
+        packed = recall_pipeline(index, graph, query, budget, memory.lifecycle.strength, memory.anchors.rank_penalty, notes,
                                  flags=flags)
         shown = {(f.entity, f.text) for f in packed.shown}
         hit = (entity, fact) in shown if fact else any(e == entity for e, _ in shown)
@@ -4153,6 +4222,7 @@ class Memory:
         self.receipts = Receipts(self.meta, self.index)
         self.probes = ProbeLearner(self.meta)
         self.anchors = AnchorChecker(self.meta, settings.project_root)
+        self.lifecycle = Lifecycle(self.meta, self.anchors)
         self.hints_left = HINTS_PER_CALL  # did-you-mean budget, renewed by each call
 
     # ── reading ──
@@ -4169,22 +4239,6 @@ class Memory:
         self.meta.reconcile(graph, self.store.generation, self.client)
         self.index.refresh(graph, self.store.generation)
         return graph
-
-    def strength(self, entity: str, text: str) -> float:
-        return self.meta.state(entity, text).retention(self.meta.clock())
-
-    def fading_facts(self, graph: Graph) -> list[tuple[float, str, str]]:
-        """(retention, entity, fact) under FADING_RETENTION, most faded first, of the facts that can fade
-        (can_fade): for --lint and the UI."""
-        clock = self.meta.clock()
-        found = []
-        for e in graph.entities:
-            for o in e.observations:
-                if can_fade(e.entityType, o):
-                    retention = self.meta.state(e.name, o).retention(clock)
-                    if retention < FADING_RETENTION:
-                        found.append((retention, e.name, o))
-        return sorted(found)
 
     def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
         """Run a tool: (text, is_error). Never raises for bad input."""
@@ -4266,7 +4320,7 @@ class Memory:
         budget = int(args.get("budget") or self.settings.recall_budget)
         if name == "recall":
             left = budget - estimate_tokens(f"{text}\n{PERSONAL_HEADER}\n")
-            ranked = personal.index.rank_facts(args["query"], personal.strength, None).facts
+            ranked = personal.index.rank_facts(args["query"], personal.lifecycle.strength, None).facts
             if left < 50 or not ranked:
                 return text, error
             extra["budget"] = left
@@ -4354,9 +4408,6 @@ class Memory:
                 return name
         return None
 
-    def _pinned(self, entity: str) -> Callable[[str], bool]:
-        return lambda text: self.meta.state(entity, text).pinned
-
     # ── adding facts: the write-time curation every path shares ──
     def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
         added, notes, refused = [], [], []
@@ -4391,7 +4442,7 @@ class Memory:
             this_call.add(text)
             added.append(text)
             tx.added += 1
-        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name))
+        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self.lifecycle.pinned(entity.name))
         if moved:
             tx.touch(entity.name)
             for text in moved:
@@ -4594,7 +4645,7 @@ class Memory:
         if not query.strip():
             return self.receipts.ledger(self.client, "search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
         docs = self.index.match_entities(query)
-        ranking = self.index.rank_facts(query, self.strength, self.anchors.rank_penalty)
+        ranking = self.index.rank_facts(query, self.lifecycle.strength, self.anchors.rank_penalty)
         if keep is not None:  # since/until: entities with a fact written then, and only those facts shown
             ranking.facts = [f for f in ranking.facts if keep(f.entity, f.text)]
             docs = [d for d in docs if any(keep(d.name, o) for o in d.facts)]
@@ -4664,7 +4715,7 @@ class Memory:
         for entity in found:
             archived = self.store.archived_count(entity.name)
             head = f"## {entity.name} [{entity.entityType}]" + (f" ({archived} archived)" if archived else "")
-            lines = [head] + [f"- {o}{self._fact_flags(entity, o, clock)}" for o in entity.observations]
+            lines = [head] + [f"- {o}{self.lifecycle.flags(entity, o, clock)}" for o in entity.observations]
             block = "\n".join(lines)
             if size + len(block) > self.OPEN_LIMIT_CHARS and blocks:
                 omitted.append(entity.name)
@@ -4686,43 +4737,6 @@ class Memory:
         self.meta.reinforce(shown_keys)
         self.probes.learn(shown_names)
         return self.receipts.ledger(self.client, "open_nodes", {"names": names}, text.strip() + "\n".join([""] + self._warnings(graph)).rstrip(), graph)
-
-    def _fact_flags(self, entity: Entity, text: str, clock: ActivityClock) -> str:
-        flags = []
-        if self.meta.state(entity.name, text).pinned:
-            flags.append("pinned")
-        else:
-            r = self.fading(entity, text, clock)
-            if r is not None:
-                flags.append(f"fading {r:.2f}")
-        note = self.anchors.note(entity.name, text)
-        return (f" [{', '.join(flags)}]" if flags else "") + note
-
-    def fact_notes(self, graph: Graph) -> Callable[[ScoredFact], str]:
-        """What recall writes after a fact: its flags (pinned, fading) and its anchor's state. The recall tool
-        and the guardrail's probes use the same notes."""
-        clock = self.meta.clock()
-        return lambda f: self._fact_flags(graph.get(f.entity), f.text, clock)
-
-    def conflict_notes(self, graph: Graph) -> Callable[[list[ScoredFact]], Callable[[ScoredFact], str]]:
-        """For the facts recall shows: which of two facts of one entity kept as a possible conflict is newer
-        (later in the entity's list: facts are appended as written). Only among the shown facts, once they are
-        chosen: working it out for every candidate made recall at 10k facts several times slower."""
-        def for_shown(shown: list[ScoredFact]) -> Callable[[ScoredFact], str]:
-            texts: dict[str, set[str]] = {}
-            for fact in shown:
-                texts.setdefault(fact.entity, set()).add(fact.text)
-            flags = {entity: conflicts_among(graph.get(entity), group) for entity, group in texts.items()
-                     if len(group) > 1}
-            return lambda f: flags.get(f.entity, {}).get(f.text, "")
-        return for_shown
-
-    def fading(self, entity: Entity, text: str, clock: ActivityClock) -> float | None:
-        """The retention of a fact that can fade (can_fade) and is under FADING_RETENTION, else None."""
-        if not can_fade(entity.entityType, text):
-            return None
-        r = self.meta.state(entity.name, text).retention(clock)
-        return r if r < FADING_RETENTION else None
 
     def _written_in(self, window: tuple[float, float] | None) -> Callable[[str, str], bool] | None:
         """keep(entity, fact) for facts written in `window` (memory.db's first sighting), None for no window."""
@@ -4758,10 +4772,10 @@ class Memory:
             raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
-        packed = recall_pipeline(self.index, graph, query, budget, self.strength, self.anchors.rank_penalty,
-                                 self.fact_notes(graph), keep=self._written_in(window), flags=self.conflict_notes(graph))
+        packed = recall_pipeline(self.index, graph, query, budget, self.lifecycle.strength, self.anchors.rank_penalty,
+                                 self.lifecycle.fact_notes(graph), keep=self._written_in(window), flags=self.lifecycle.conflict_notes(graph))
         clock = self.meta.clock()
-        fading = sum(1 for f in packed.shown if self.fading(graph.get(f.entity), f.text, clock) is not None)
+        fading = sum(1 for f in packed.shown if self.lifecycle.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
         text = packed.text
         extra = []
@@ -4866,7 +4880,7 @@ class Memory:
                 back = [t for t in dict.fromkeys(restore) if t not in entity.observations]
                 entity.observations += back
                 tx.unarchive(entityName, list(dict.fromkeys(restore)))
-                moved = overflow_to_archive(entity, self.settings.obs_max, set(back), self._pinned(entityName))
+                moved = overflow_to_archive(entity, self.settings.obs_max, set(back), self.lifecycle.pinned(entityName))
                 for text in moved:
                     entity.observations.remove(text)
                 tx.archive(entityName, moved, "over cap")
@@ -5413,7 +5427,7 @@ class UiApi:
                     state = m.meta.state(e.name, text)
                     retention = state.retention(clock)
                     facts.append({"text": text, "pinned": state.pinned, "retention": round(retention, 3),
-                                  "fading": m.fading(e, text, clock) is not None, "dated": fact_date(text) is not None,
+                                  "fading": m.lifecycle.fading(e, text, clock) is not None, "dated": fact_date(text) is not None,
                                   "date": fact_date(text), "anchor": m.anchors.status(e.name, text)})
                 entities.append({"name": e.name, "entityType": e.entityType, "facts": facts,
                                  "archived": archived.get(e.name, 0), "overCap": len(e.observations) > m.settings.obs_max})
@@ -5455,7 +5469,7 @@ class UiApi:
         with m.lock:
             graph = m.graph()
             degree = {name: len(ix) for name, ix in m.index.touching(graph).items()}
-            fading = [{"entity": e, "text": o, "retention": round(r, 3)} for r, e, o in m.fading_facts(graph)]
+            fading = [{"entity": e, "text": o, "retention": round(r, 3)} for r, e, o in m.lifecycle.fading_facts(graph)]
             stale = [{"entity": e.name, "text": o, "detail": st["detail"]} for e in graph.entities for o in e.observations
                      for st in [m.anchors.status(e.name, o)] if st and st["state"] != "current"]
             return {
@@ -6638,8 +6652,8 @@ def lint_report(memory: Memory) -> str:
             if key in seen:
                 duplicates.append((e.name, o))
             seen[key] = o
-    fading = memory.fading_facts(graph)
-    movable = sum(len(overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))) for e in over_cap)
+    fading = memory.lifecycle.fading_facts(graph)
+    movable = sum(len(overflow_to_archive(e, s.obs_max, set(), memory.lifecycle.pinned(e.name))) for e in over_cap)
     lines = [f"{memory.store.path}: {len(graph.entities)} entities, {len(graph.relations)} relations, "
              f"{graph.fact_count()} facts, {memory.store.path.stat().st_size if memory.store.path.exists() else 0} bytes."]
     lines.append(f"over-long facts (> {s.obs_max_chars} chars): {len(long_facts)}")
@@ -6737,7 +6751,7 @@ def compact_plan(memory: Memory, graph: Graph) -> dict[str, list[tuple[str, str]
     s, clock = memory.settings, memory.meta.clock()
     plan: dict[str, list[tuple[str, str]]] = {}
     for e in graph.entities:
-        over = overflow_to_archive(e, s.obs_max, set(), memory._pinned(e.name))
+        over = overflow_to_archive(e, s.obs_max, set(), memory.lifecycle.pinned(e.name))
         faded = [o for o in e.observations if o not in over and can_fade(e.entityType, o)
                  and memory.meta.state(e.name, o).retention(clock) < FADED_RETENTION]
         moves = [(o, "compacted (over cap)") for o in over] + [(o, "compacted (faded)") for o in faded]

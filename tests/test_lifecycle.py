@@ -319,12 +319,12 @@ def test_retention_formula(tmp_path, hours):
     key = ("Api", "written in Go")
     set_age(mem, [key], hours)
     expected = 0.5 ** (hours / 168.0)
-    assert mem.strength(*key) == pytest.approx(expected, rel=1e-4)
+    assert mem.lifecycle.strength(*key) == pytest.approx(expected, rel=1e-4)
     assert mem.meta.states[key].retention(mem.meta.clock()) == pytest.approx(expected, rel=1e-4)
     # a second process sees the same state
     other = ms.Memory(mem.settings, client="other")
     other.graph()
-    assert other.strength(*key) == pytest.approx(expected, rel=1e-4)
+    assert other.lifecycle.strength(*key) == pytest.approx(expected, rel=1e-4)
 
 
 def test_fading_fact_is_flagged_in_open_nodes(tmp_path):
@@ -352,14 +352,14 @@ def test_a_fact_that_keeps_being_returned_outlives_its_untouched_twin(tmp_path, 
         assert used[1] in call(mem, tool, args)
         state = mem.meta.states[used]
         assert state.uses == uses and state.last_used >= t0
-        assert mem.strength(*used) == pytest.approx(1.0, abs=1e-3)  # its clock restarted
+        assert mem.lifecycle.strength(*used) == pytest.approx(1.0, abs=1e-3)  # its clock restarted
         stabilities.append(state.stability)
     assert stabilities == sorted(set(stabilities)), "each use must slow its fading further"
     set_age(mem, [used, idle], 400)  # the same idle time for both
-    assert mem.strength(*used) > 2 * mem.strength(*idle)
+    assert mem.lifecycle.strength(*used) > 2 * mem.lifecycle.strength(*idle)
     later = ms.Memory(mem.settings, client="later")  # what another process reads from memory.db
     later.graph()
-    assert later.strength(*used) > 2 * later.strength(*idle)
+    assert later.lifecycle.strength(*used) > 2 * later.lifecycle.strength(*idle)
     text = call(mem, "open_nodes", {"names": ["Api", "Web"]})  # (a use itself: checked last)
     assert f"- {idle[1]} [fading" in text and f"- {used[1]} [fading" not in text
 
@@ -382,12 +382,12 @@ def test_pinned_retention_is_one(tmp_path):
     call(mem, "mark_fact", {"entityName": "Api", "observation": "written in Go", "action": "pin"})
     key = ("Api", "written in Go")
     set_age(mem, [key], 100_000)
-    assert mem.strength(*key) == 1.0
+    assert mem.lifecycle.strength(*key) == 1.0
     assert db_row(mem, *key)[4] == 1
     assert "- written in Go [pinned]" in call(mem, "open_nodes", {"names": ["Api"]})
     call(mem, "mark_fact", {"entityName": "Api", "observation": "written in Go", "action": "unpin"})
     set_age(mem, [key], 100_000)
-    assert mem.strength(*key) < 0.01
+    assert mem.lifecycle.strength(*key) < 0.01
 
 
 def test_helpful_facts_fade_later_and_not_helpful_ones_sooner(tmp_path):
@@ -401,10 +401,10 @@ def test_helpful_facts_fade_later_and_not_helpful_ones_sooner(tmp_path):
     assert "did not help" in call(mem, "mark_fact", {"entityName": "Api", "observation": bad[1],
                                                       "action": "not_helpful"})
     set_age(mem, [good, plain, bad], 300)  # an unrated fact is just under the fading line after 300 h
-    assert mem.strength(*good) > mem.strength(*plain) > mem.strength(*bad)
+    assert mem.lifecycle.strength(*good) > mem.lifecycle.strength(*plain) > mem.lifecycle.strength(*bad)
     other = ms.Memory(mem.settings, client="other")  # ratings live in memory.db, not in one process
     other.graph()
-    assert other.strength(*good) > other.strength(*plain) > other.strength(*bad)
+    assert other.lifecycle.strength(*good) > other.lifecycle.strength(*plain) > other.lifecycle.strength(*bad)
     text = call(mem, "open_nodes", {"names": ["Api"]})  # (a use itself: checked after the strengths)
     assert f"- {good[1]}\n" in text + "\n" and f"- {plain[1]} [fading" in text and f"- {bad[1]} [fading" in text
 
@@ -412,7 +412,7 @@ def test_helpful_facts_fade_later_and_not_helpful_ones_sooner(tmp_path):
     for _ in range(6):  # rating again never weakens a fact, and the effect is bounded
         call(mem, "mark_fact", {"entityName": "Api", "observation": good[1], "action": "helpful"})
         set_age(mem, [good], 300)
-        strengths.append(mem.strength(*good))
+        strengths.append(mem.lifecycle.strength(*good))
     assert strengths == sorted(strengths) and all(0 < x <= 1 for x in strengths)
     assert strengths[-1] - strengths[-2] <= strengths[1] - strengths[0] + 1e-9  # diminishing returns
     for _ in range(6):
@@ -426,7 +426,7 @@ def test_decay_alone_never_deletes_a_fact(tmp_path):
     mem.graph()
     keys = [("Api", f) for f in facts] + [("Web", "uses React")]
     set_age(mem, keys, 24 * 3650)
-    assert all(mem.strength(*k) < 1e-6 for k in keys)
+    assert all(mem.lifecycle.strength(*k) < 1e-6 for k in keys)
     call(mem, "read_graph", {})
     call(mem, "search_nodes", {"query": "go"})
     call(mem, "add_observations", {"observations": [{"entityName": "Web", "contents": ["served from a CDN"]}]})

@@ -246,6 +246,7 @@ RELATION_KEYS = ("type", "from", "to", "relationType")
 
 @dataclasses.dataclass
 class Entity:
+    """One entity: a name, a type and its facts (observations); other keys of its JSONL line are kept in `extra`."""
     name: str
     entityType: str
     observations: list[str]
@@ -253,15 +254,18 @@ class Entity:
     json_line: str | None = dataclasses.field(default=None, compare=False, repr=False)  # serialised, until touched
 
     def copy(self) -> "Entity":
+        """A copy whose lists can change without touching this one."""
         return Entity(self.name, self.entityType, list(self.observations), dict(self.extra))
 
     def to_json(self) -> dict[str, Any]:
+        """The entity's JSONL object, as the reference server writes it."""
         return {"type": "entity", "name": self.name, "entityType": self.entityType,
                 "observations": self.observations, **self.extra}
 
 
 @dataclasses.dataclass
 class Relation:
+    """A directed, typed edge between two entity names (`frm` is the JSON key "from")."""
     frm: str
     to: str
     relationType: str
@@ -270,18 +274,23 @@ class Relation:
 
     @property
     def key(self) -> tuple[str, str, str]:
+        """(from, to, relationType): what makes two relations the same."""
         return (self.frm, self.to, self.relationType)
 
     def to_json(self) -> dict[str, Any]:
+        """The relation's JSONL object, as the reference server writes it."""
         return {"type": "relation", "from": self.frm, "to": self.to,
                 "relationType": self.relationType, **self.extra}
 
     def line(self) -> str:
+        """"from -type-> to": how answers list a relation."""
         return f"{self.frm} -{self.relationType}-> {self.to}"
 
 
 @dataclasses.dataclass
 class Graph:
+    """A whole memory file: entities and relations in file order, other valid JSON lines kept as they are, unreadable
+    lines set aside."""
     entities: list[Entity] = dataclasses.field(default_factory=list)
     relations: list[Relation] = dataclasses.field(default_factory=list)
     other_lines: list[str] = dataclasses.field(default_factory=list)  # valid JSON of unknown type: kept as is
@@ -289,6 +298,7 @@ class Graph:
     _by_name: dict[str, Entity] | None = dataclasses.field(default=None, repr=False)
 
     def by_name(self) -> dict[str, Entity]:
+        """Name -> entity (the first of duplicates), built once until invalidate()."""
         if self._by_name is None:
             index: dict[str, Entity] = {}
             for entity in self.entities:
@@ -297,15 +307,19 @@ class Graph:
         return self._by_name
 
     def get(self, name: str) -> Entity | None:
+        """The entity named `name`, or None."""
         return self.by_name().get(name)
 
     def invalidate(self) -> None:
+        """Forget the name map after entities were added, removed or renamed."""
         self._by_name = None
 
     def relations_of(self, names: set[str]) -> list[Relation]:
+        """Relations with either end among `names`, in file order."""
         return [r for r in self.relations if r.frm in names or r.to in names]
 
     def fact_count(self) -> int:
+        """Facts (observations) over all entities."""
         return sum(len(e.observations) for e in self.entities)
 
 
@@ -315,6 +329,9 @@ def dump_json_line(obj: Any) -> str:
 
 
 def parse_graph_bytes(data: bytes) -> Graph:
+    """A graph from JSONL bytes, line by line as the reference server reads it (a BOM and CRLF tolerated, blank lines
+    skipped); never raises: a line that is not a valid entity or relation is kept in `unreadable` with its line
+    number."""
     graph = Graph()
     if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark some editors add; JSON has none
         data = data[3:]
@@ -440,6 +457,8 @@ def encode_entity_filename(name: str) -> str:
 
 
 def decode_entity_filename(stem: str) -> str | None:
+    """The entity name an archive file stem encodes (encode_entity_filename's inverse); None for a stem it never
+    produced."""
     if "~" in stem or not re.fullmatch(r"(?:[a-z0-9-]|_[0-9a-f]{2})*", stem):
         return None if stem != "_" else ""
     data = bytearray()
@@ -459,6 +478,7 @@ def decode_entity_filename(stem: str) -> str | None:
 
 @dataclasses.dataclass
 class ArchivedFact:
+    """One fact in an entity's archive file: its text, why it left the active graph, and when."""
     text: str
     why: str
     when: str
@@ -491,20 +511,24 @@ class Transaction:
         self.graph.invalidate()
 
     def touch_relations(self) -> None:
+        """The relations are about to change: keep their keys as they were, for the history."""
         if self.relations_before is None:
             self.relations_before = [r.key for r in self.graph.relations]
         self.changed = True
 
 
     def archive(self, name: str, facts: list[str], why: str) -> None:
+        """Queue `facts` of entity `name` for its archive file (written before the graph: see _commit)."""
         if facts:
             self.archive_adds.append((name, list(facts), why))
 
     def unarchive(self, name: str, facts: list[str]) -> None:
+        """Queue `facts` to leave the archive (restored into the graph)."""
         if facts:
             self.archive_removes.append((name, list(facts)))
 
     def rename_archive(self, old: str, new: str) -> None:
+        """The archive file follows an entity renamed from `old` to `new`."""
         self.archive_renames.append((old, new))
 
     def move_facts(self, moves: list[tuple[tuple[str, str], tuple[str, str]]]) -> None:
@@ -569,6 +593,7 @@ class GraphStore:
 
     # ── reading (never locks, never writes) ──
     def stat_key(self) -> tuple[int, int, int] | None:
+        """(mtime_ns, size, inode) of the graph file, None when it does not exist: what says it changed."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -819,6 +844,7 @@ class GraphStore:
         graph.unreadable = []
 
     def unreadable_set_aside(self) -> int:
+        """How many unreadable lines were moved to the .unreadable file so far."""
         try:
             return sum(1 for line in self.unreadable_path.read_bytes().split(b"\n") if line.startswith(b"# "))
         except FileNotFoundError:
@@ -864,15 +890,18 @@ class GraphStore:
 
     # ── archive: archive/<encoded name>.md, Markdown a person can read ──
     def archive_path(self, name: str) -> Path:
+        """The archive file of entity `name` (its name encoded to be safe on every file system)."""
         return self.archive_dir / (encode_entity_filename(name) + ".md")
 
     def read_archive(self, name: str) -> list[ArchivedFact]:
+        """The archived facts of entity `name`, oldest first; [] without an archive."""
         try:
             return parse_archive(read_archive_text(self.archive_path(name)))
         except FileNotFoundError:
             return []
 
     def archived_count(self, name: str) -> int:
+        """How many facts entity `name` has in its archive."""
         return len(self.read_archive(name)) if self.archive_dir.exists() else 0
 
     def _archive_gains(self, tx: Transaction) -> list[tuple[Path, bytes | None]]:
@@ -952,6 +981,8 @@ def read_archive_text(path: Path) -> str:
 
 
 def render_archive(name: str, facts: list[ArchivedFact]) -> str:
+    """An entity's archive file: a Markdown heading, a comment line naming the entity exactly, then its facts grouped
+    under why and when they were archived."""
     heading = json.dumps(name, ensure_ascii=False)[1:-1]  # one line, whatever the name holds
     lines = [f"# Archived facts of {heading}", f"<!-- graphmem archive; entity: {json.dumps(name)} -->"]
     section = None
@@ -966,6 +997,8 @@ def render_archive(name: str, facts: list[ArchivedFact]) -> str:
 
 
 def parse_archive(text: str) -> list[ArchivedFact]:
+    """The facts of an archive file (render_archive's inverse): after the first "## why · when" heading, each
+    "- " line is a fact and indented lines continue it."""
     facts: list[ArchivedFact] = []
     why, when = "archived", ""
     started = False

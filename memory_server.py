@@ -2512,6 +2512,7 @@ def did_you_mean(name: str, names: Iterable[str], limit: int = 5) -> list[str]:
 
 @dataclasses.dataclass
 class Packed:
+    """A packed recall answer: its text, the facts it shows (in order) and how many facts matched the query."""
     text: str
     shown: list[ScoredFact]
     matched: int
@@ -2795,6 +2796,8 @@ def _named_as_secret(text: str) -> bool:
 
 
 def looks_like_secret(text: str) -> str | None:
+    """What kind of credential `text` looks like (a label for the refusal), or None: known key formats, a long value
+    named as a secret, or a long high-entropy token."""
     for label, pattern in SECRET_PATTERNS:
         if pattern.search(text):
             return label
@@ -2830,6 +2833,7 @@ def secret_refusal(label: str) -> str:
 
 
 def normalise_fact(text: str) -> str:
+    """A fact reduced for duplicate checks: lower case, single spaces, no trailing punctuation."""
     return " ".join(text.lower().split()).rstrip(".!;,: ")
 
 
@@ -3338,10 +3342,12 @@ def parse_anchor(text: str) -> tuple[str, str] | None:
 
 
 def anchor_label(path: str, symbol: str) -> str:
+    """"path::Symbol" (or just the path) as a fact's [@...] marker writes it."""
     return f"{path}::{symbol}" if symbol else path
 
 
 def anchor_path_problem(path: str) -> str | None:
+    """Why an anchor's path cannot name a file under the project root (absolute, backslashes, "..", empty), or None."""
     if not path or path == ".":
         return "the anchor names no file"
     if "\\" in path:
@@ -3375,6 +3381,8 @@ class _AstForm:
         self.nameless: dict[int, str] = {}
 
     def of(self, node: ast.AST, nameless: bool = False) -> str:
+        """The source-independent form of an AST node (nameless: without the defined name, to find a moved or renamed
+        symbol)."""
         if nameless and isinstance(node, _ANCHOR_DEFS):
             return self._nameless(node)
         out: list[str] = []
@@ -3694,10 +3702,12 @@ class AnchorChecker:
         return "" if st is None or st["state"] == "current" else f" [{st['state']}: {st['detail']}]"
 
     def is_stale(self, entity: str, text: str) -> bool:
+        """Whether the code a fact is anchored to changed (stale) or is gone."""
         st = self.status(entity, text)
         return st is not None and st["state"] in ("stale", "gone")
 
     def rank_penalty(self, entity: str, text: str) -> float:
+        """Recall's weight for a fact: ANCHOR_STALE_PENALTY when its code changed or is gone, else 1."""
         return ANCHOR_STALE_PENALTY if self.is_stale(entity, text) else 1.0
 
     def status(self, entity: str, text: str) -> dict[str, str] | None:
@@ -3844,6 +3854,7 @@ class AnchorChecker:
 
 @dataclasses.dataclass
 class ProbeResult:
+    """One probe run against a graph: the question, the entity (and fact) it expects, and whether recall found it."""
     query: str
     entity: str
     fact: str
@@ -3867,6 +3878,7 @@ def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: in
 
 
 def hit_rate(results: list[ProbeResult]) -> float:
+    """The share of probes that hit (1.0 with no probes: nothing was lost)."""
     return sum(r.hit for r in results) / len(results) if results else 1.0
 
 

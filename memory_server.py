@@ -860,10 +860,10 @@ class GraphStore:
             return
         self.backup_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy2(self.path, target)
-        self._prune_backups()
+        self.prune_backups()
 
     def backup_now(self, label: str) -> Path:
-        """A copy of the graph now, named by time and label; the caller prunes (_prune_backups) after its lock."""
+        """A copy of the graph now, named by time and label; the caller prunes (prune_backups) after its lock."""
         self.backup_dir.mkdir(parents=True, exist_ok=True)
         stamp = utc_stamp(fmt="%Y-%m-%d-%H%M%S")
         target = self.backup_dir / f"{self.path.stem}-{stamp}-{label}{self.path.suffix}"
@@ -873,7 +873,7 @@ class GraphStore:
             target.write_bytes(b"")
         return target
 
-    def _prune_backups(self) -> None:
+    def prune_backups(self) -> None:
         """Keep the newest MEMORY_BACKUPS_KEPT (at least one) of each kind: the daily copies, and each label's
         (before-compact, ...)."""
         pattern = re.compile(re.escape(self.path.stem) + r"-\d{4}-\d{2}-\d{2}(?:-\d{6}-(?P<label>[\w-]+))?"
@@ -922,7 +922,7 @@ class GraphStore:
                 fresh = [f for f in arriving if f.text not in known and not known.add(f.text)]
                 if fresh:
                     before.append((self.archive_path(name), _file_bytes(self.archive_path(name))))
-                    self._write_archive(name, current + fresh)
+                    self.write_archive(name, current + fresh)
         except BaseException:
             self._restore_files(before)
             raise
@@ -949,7 +949,7 @@ class GraphStore:
                         if fact.text == text:
                             del remaining[i]
                             break
-                self._write_archive(name, remaining)
+                self.write_archive(name, remaining)
             except OSError as err:
                 tx.notes.append(f"the archive of {_q(name)} still lists what moved out of it ({err.strerror or err}); "
                                 "harmless, the next change to it tidies it")
@@ -963,7 +963,8 @@ class GraphStore:
                 else:
                     write_atomic(path, data)
 
-    def _write_archive(self, name: str, facts: list[ArchivedFact]) -> None:
+    def write_archive(self, name: str, facts: list[ArchivedFact]) -> None:
+        """Replace entity `name`'s archive file with `facts` (atomically; no facts: the file is removed)."""
         path = self.archive_path(name)
         if not facts:
             with contextlib.suppress(FileNotFoundError):
@@ -6784,7 +6785,7 @@ def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str,
         except PlanOutdated:
             log(f"the graph changed while compact planned; planning again ({attempt}/{WRITE_ATTEMPTS})")
             continue
-        memory.store._prune_backups()  # the before-compact copies too, once the lock is released
+        memory.store.prune_backups()  # the before-compact copies too, once the lock is released
         lines.append(f"archived {moved} fact(s); backup {backup}; restore any with archived_observations.")
         return "\n".join(lines), 0
     return f"the graph kept changing while compact planned ({WRITE_ATTEMPTS} tries); nothing changed, run it again.", 1
@@ -7107,7 +7108,7 @@ def write_demo_graph(settings: Settings) -> None:
     settings.file_path.write_text("\n".join(demo_graph_lines(today)), encoding="utf-8")
     store = GraphStore(settings)
     for name, facts in demo_archive().items():
-        store._write_archive(name, [ArchivedFact(f, "over cap", f"{today} 09:00 UTC") for f in facts])
+        store.write_archive(name, [ArchivedFact(f, "over cap", f"{today} 09:00 UTC") for f in facts])
     seed_demo_metadata(settings)
 
 

@@ -3,8 +3,31 @@
 
 Drop-in for @modelcontextprotocol/server-memory: same memory.jsonl, same nine tools,
 answers in a fraction of the tokens. Standard library only. One file, sections in the
-order data flows: settings, graph model, store, metadata, text, search and recall,
-packer, lifecycle, guardrail, tools, MCP loop, UI server, CLI.
+order data flows (search for the banner "# N." to jump to one):
+
+  1   Settings       MEMORY_* from the environment; which file (tiers) a process serves
+  1b  Utilities      log, UTC stamps, atomic writes, surrogates, query words, ToolError
+  2   Graph model    Entity, Relation, Graph; JSONL parse and serialise (byte-identical)
+  3   GraphStore     the lock, fresh reads, Transaction and _commit, archive, backups
+  4   MetaStore      memory.db: per-fact state, activity days, ledger, probes, history
+  5   Text           tokens, stems, token estimate, hashing embedder, the word table
+  6   Search/recall  SearchIndex, rank_facts (named stages), recall_pipeline
+  7   Packer         the most relevant facts under a hard token budget, honest footer
+  8   Lifecycle      limits, secrets, duplicates, supersede, decay; class Lifecycle
+  8b  Code anchors   [@path::Symbol] fingerprints: current, stale, moved, gone
+  9   Guardrail      probes, learned and manual, re-run before --compact changes anything
+  9b  Receipts       tokens of each answer next to the reference server's
+  10  Tools          the tool table and Memory, whose methods are the tools
+  11  MCP loop       JSON-RPC 2.0 on stdio, both protocol eras
+  12  UI server      --ui: http.server, one-time key, JSON API over the same Memory
+  12b Demo graph     --ui --demo
+  13  Team           --init, the git merge driver (--merge), healing conflict markers
+  13b Sessions       --context briefing, client hooks, Markdown --export/--import
+  14  CLI            --lint, --compact, --report, --config, --probes, main()
+
+A call flows: MCP loop (11) -> Memory.call_tool (10) -> a handler -> GraphStore (3) for the
+file, MetaStore (4) for state, SearchIndex (6) and the packer (7) for reads, the lifecycle
+rules (8) for writes -> text back to the loop.
 """
 from __future__ import annotations
 

@@ -3859,8 +3859,9 @@ def fact_block_parts(result: WriteResult, group: int) -> list[str]:
 def conflict_note_text(entity: str, older: str, pinned: bool) -> str:
     """When unsure, say so: the older fact's exact text and the call that would remove it; the agent decides."""
     call = json.dumps(conflict_resolution(entity, older), ensure_ascii=False)
-    return f"possible conflict with the older {json.dumps(older, ensure_ascii=False)}{' (pinned)' if pinned else ''}: " \
-           f"both kept; if it no longer holds: delete_observations {call}"
+    flag = " (pinned)" if pinned else ""
+    return f"possible conflict with the older {json.dumps(older, ensure_ascii=False)}{flag}: both kept; " \
+           f"if it no longer holds: delete_observations {call}"
 
 
 def _block_says_more(result: WriteResult, group: int) -> bool:

@@ -319,3 +319,33 @@ def test_item5_a_new_value_of_a_short_key_is_named_not_replaced(api):
     text, _ = api.call(*add("Api", "TODO: rotate the keys"))  # "Key: value" notes may both hold: named, kept
     assert facts_on_disk(api) == ["Owner: Lucas Perez", "TODO: update the runbook", "Owner: Maria Lopez",
                                   "TODO: rotate the keys"]
+
+
+# ---------------------------------------------------------------- item 7: results are data, rendered once
+def test_item7_the_text_agents_read_is_rendered_from_data_unchanged(api):
+    """One renderer makes the same text as before; MCP answers stay text content (no structuredContent: the
+    tools declare no outputSchema and several clients show only content)."""
+    start(api, "Status: open", "runs on port 8080", "deploy branch is main; GitHub Actions deploys on tag v*")
+    reply = api.request("tools/call", {"name": "add_observations", "arguments": {"observations": [{
+        "entityName": "Api", "contents": ["runs on port 8080", "2026-02-11: fixed and merged, closing",
+                                          "deploy branch is prod", "deploy key AKIA" + "IOSFODNN7EXAMPLE", ""]}]}})
+    result = reply["result"]
+    assert set(result) == {"content", "isError"} and result["isError"] is False, result
+    [block] = result["content"]
+    assert block["type"] == "text"
+    conflict = json.dumps({"deletions": [{"entityName": "Api", "observations": [
+        "deploy branch is main; GitHub Actions deploys on tag v*"]}]})
+    assert block["text"] == (
+        'Api: +2, now 4; skipped duplicate of "runs on port 8080"; replaced "Status: open" (archived); '
+        'possible conflict with the older "deploy branch is main; GitHub Actions deploys on tag v*": both kept; '
+        f"if it no longer holds: delete_observations {conflict}; refused a fact: looks like a credential (AWS "
+        "access key): record where the secret lives (e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), "
+        'never its value; refused "": empty fact'), block["text"]
+    # a name with "; " in it no longer reads as "something was skipped" (the old code looked for a semicolon)
+    text, _ = api.call("create_entities", {"entities": [{"name": "build; deploy", "entityType": "pipeline",
+                                                         "observations": ["runs nightly"]}]})
+    assert text == "Created 1: build; deploy", text
+    text, is_error = api.call("delete_relations", {"relations": [{"from": "Api", "to": "x", "relationType": "y"}]})
+    assert (text, is_error) == ("Deleted 0 of 1 relation(s).", False)
+    text, is_error = api.call("add_observations", {"observations": [{"entityName": "Api", "contents": ["x" * 301]}]})
+    assert is_error and text.startswith("Nothing added. Api: +0, now 4; refused "), text

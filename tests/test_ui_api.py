@@ -789,10 +789,10 @@ def test_every_reason_code_reaches_the_json():
         op(op="add_facts", name="Api", texts=["Owner: Lucas Perez"])
         op(op="add_facts", name="Api", texts=["Owned by Lucas Perez"])                        # near_duplicate
         op(op="add_facts", name="Api", texts=["2026-02-11: fixed and merged, closing"])       # superseded
+        redis = "uses Redis for caching of the session store and of the rendered {} pages"
         op(op="add_facts", name="Api", texts=["2026-01-01: deployed 1.0", "2026-01-02: deployed 1.1",
-                                               "uses Redis for caching of the session store and of the rendered product pages"])
-        op(op="add_facts", name="Api", texts=[
-            "uses Redis for caching of the session store and of the rendered cart pages"])    # possible_conflict
+                                               redis.format("product")])                      # over_cap
+        op(op="add_facts", name="Api", texts=[redis.format("cart")])                          # possible_conflict
         op(op="add_fact", name="Web", text="a third fact")
         op(op="add_relation", **{"from": "Api", "to": "Web", "relationType": "calls"})
         op(op="add_relation", **{"from": "Api", "to": "Web", "relationType": "calls"})       # skipped: exists

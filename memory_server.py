@@ -3730,7 +3730,7 @@ CHANGING_KINDS = ("added", "replaced", "removed", "archived", "changed")  # outc
 class Outcome:
     """One thing a write did or did not do, in the order it happened."""
     kind: str           # one of OUTCOME_KINDS
-    what: str           # entity, fact, relation, name, type, mark, undo; for notes: entity or call
+    what: str           # entity, fact, relation, name, type, mark; for notes: entity or call
     entity: str = ""    # the entity it is about ("" for relations and whole-call notes)
     text: str = ""      # the item: fact, relation line, new name or type; WITHHELD when it looks like a credential
     reason: str = ""    # a stable code (above)
@@ -3866,8 +3866,7 @@ def conflict_note_text(entity: str, older: str, pinned: bool) -> str:
 
 def _block_says_more(result: WriteResult, group: int) -> bool:
     """Whether a fact block has anything beyond facts added (else create_entities leaves it out)."""
-    return any(o.group == group and o.what != "entity" and not (o.kind == "added" and o.what == "fact")
-               for o in result.outcomes)
+    return any(o.group == group and o.kind != "added" for o in result.outcomes)
 
 
 def _render_create_entities(r: WriteResult) -> str:
@@ -4526,7 +4525,9 @@ class Memory:
             added.append(text)
             result.add("added", "fact", entity.name, text=text, group=group)
             tx.added += 1
-        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name))
+        # a call that adds nothing archives nothing (an all-refused call is not saved: it must not say it did)
+        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self._pinned(entity.name)) \
+            if added else []
         if moved:
             tx.touch(entity.name)
             for text in moved:

@@ -349,3 +349,24 @@ def test_item7_the_text_agents_read_is_rendered_from_data_unchanged(api):
     assert (text, is_error) == ("Deleted 0 of 1 relation(s).", False)
     text, is_error = api.call("add_observations", {"observations": [{"entityName": "Api", "contents": ["x" * 301]}]})
     assert is_error and text.startswith("Nothing added. Api: +0, now 4; refused "), text
+
+
+def test_item7_a_refused_call_never_says_it_archived_something(tmp_path):
+    """An all-refused call is not saved: its answer (text and data) names no archived fact and the count on
+    disk; a call that adds nothing archives nothing."""
+    server = StdioServer(tmp_path / "memory.jsonl", {"MEMORY_OBS_MAX": "3"})
+    try:
+        server.initialize()
+        dated = [f"2026-01-0{i}: deployed 1.{i}" for i in range(1, 6)]
+        text, _ = server.call("create_entities", {"entities": [{"name": "Api", "entityType": "service",
+                                                                "observations": dated}]})
+        assert "over cap 3" in text, text  # a call's own facts are never archived by it
+        text, is_error = server.call(*add("Api", "deploy key AKIA" + "IOSFODNN7EXAMPLE"))
+        assert is_error and text.startswith("Nothing added. Api: +0, now 5; over cap 3"), text
+        assert "oldest dated archived" not in text
+        text, is_error = server.call(*add("Api", dated[0]))
+        assert not is_error and text == 'Api: +0, now 5; skipped duplicate of "2026-01-01: deployed 1.1"; ' \
+            "over cap 3: undated, pinned and rule/convention/decision facts are never archived; delete stale ones"
+        assert facts_on_disk(server) == dated
+    finally:
+        server.close()

@@ -5706,8 +5706,6 @@ def ui_reply(answer: Answer, is_error: bool) -> dict[str, Any]:
     was saved) from the WriteResult, its outcomes under "result" for the page to explain, and the text a model
     would read as "message". A text answer (probes, undo) worked unless it is an error."""
     result = answer.as_json() if isinstance(answer, WriteResult) else {"status": "refused" if is_error else "done"}
-    if is_error:
-        result["status"] = "refused"
     return {"ok": result["status"] in ("done", "partial"), "status": result["status"],
             "message": render_text(answer), "result": result}
 

@@ -251,7 +251,13 @@ def escape_surrogates(text: str) -> str:
 
 
 class ToolError(Exception):
-    """A failure the agent can act on: becomes an isError tool result."""
+    """A failure the agent can act on: becomes an isError tool result. reason: a stable code for the UI;
+    result: what the call found before it refused (nothing of it was saved), when there is one."""
+
+    def __init__(self, message: str, reason: str = "error", result: "WriteResult | None" = None):
+        super().__init__(message)
+        self.reason = reason
+        self.result = result
 
 
 def query_words(query: str | None) -> list[str]:
@@ -4034,8 +4040,256 @@ class Receipts:
 
 
 # ════════════════════════════════════════════════════════════════════════════
-# 10. Tools: one table; handlers return compact text for a model to read
+# 10. Tools: one table; writes answer data (WriteResult), one renderer makes the model's text
 # ════════════════════════════════════════════════════════════════════════════
+
+# ── results are data until the last moment: write handlers fill a WriteResult; render_text makes the text a
+#    model reads, WriteResult.as_json the JSON the UI reads. Nothing parses the server's own sentences. ──
+# Reason codes (stable, for the UI; the words for people are in each outcome's detail):
+#   refused: empty, too_long, secret, anchor (facts and names); unknown_entity, renamed (an old name); exists;
+#            not_found, ambiguous (a fact to mark, edit or restore); invalid_arguments; not_saved; error;
+#            all_refused (the call as a whole: every new fact was refused, see refused for each one's reason)
+#   skipped: duplicate, near_duplicate, exists (entity, relation), not_found, not_matched, already_active,
+#            unchanged (an edit to the same text)
+#   replaced: superseded, edited; archived: over_cap, by_hand; conflict: possible_conflict; removed: end_deleted
+#   (a relation of a deleted entity); added: restored (from the archive); changed: renamed, retyped, or the
+#   mark_fact action (pin, unpin, helpful, not_helpful, verified)
+#   notes: over_cap_kept, archive_kept, store, metadata
+OUTCOME_KINDS = ("added", "skipped", "replaced", "conflict", "refused", "removed", "archived", "changed", "note")
+CHANGING_KINDS = ("added", "replaced", "removed", "archived", "changed")  # outcomes that mean something was saved
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One thing a write did or did not do, in the order it happened."""
+    kind: str           # one of OUTCOME_KINDS
+    what: str           # entity, fact, relation, name, type, mark; for notes: entity or call
+    entity: str = ""    # the entity it is about ("" for relations and whole-call notes)
+    text: str = ""      # the item: fact, relation line, new name or type; WITHHELD when it looks like a credential
+    reason: str = ""    # a stable code (above)
+    detail: str = ""    # the reason (or what happened) in words
+    other: str = ""     # the older fact (replaced, conflict, skipped as a duplicate of), the old name or type
+    pinned: bool = False  # conflict: the older fact is pinned
+    group: int = 0      # the per-entity block of the call it belongs to (WriteResult.groups), 0 for none
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"what": self.what, "entity": self.entity, "item": self.text, "reason": self.reason,
+                               "detail": self.detail, "old": self.other}
+        out = {k: v for k, v in out.items() if v}
+        if self.kind == "refused":
+            out["message"] = out.pop("detail", "")
+        if self.kind == "conflict":
+            out["pinned"] = self.pinned
+            out["resolve"] = {"tool": "delete_observations", "arguments": conflict_resolution(self.entity, self.other)}
+        return out
+
+
+@dataclasses.dataclass
+class WriteResult:
+    """What a write did, as data: outcomes in order, per-entity blocks (entity, fact count after), a few figures
+    the answer names (counts), and, when the call was refused as a whole, the error (nothing was saved)."""
+    tool: str
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    groups: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    error_reason: str = ""
+
+    def add(self, kind: str, what: str, entity: str = "", **fields: Any) -> Outcome:
+        outcome = Outcome(kind, what, entity, **fields)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def open_group(self, entity: str) -> int:
+        """Start a per-entity block (a fact batch, one deletion item); its number, from 1."""
+        self.groups.append((entity, 0))
+        return len(self.groups)
+
+    def close_group(self, group: int, facts_now: int) -> None:
+        self.groups[group - 1] = (self.groups[group - 1][0], facts_now)
+
+    def of(self, kind: str, what: str | None = None, group: int | None = None) -> list[Outcome]:
+        return [o for o in self.outcomes if o.kind == kind and what in (None, o.what) and group in (None, o.group)]
+
+    @classmethod
+    def refusal(cls, tool: str, err: ToolError | str, reason: str = "") -> "WriteResult":
+        """A call refused as a whole; keeps what it had found (ToolError.result) for the UI."""
+        found = err.result if isinstance(err, ToolError) and err.result is not None else cls(tool)
+        found.error = str(err)
+        found.error_reason = reason or (err.reason if isinstance(err, ToolError) else "error")
+        return found
+
+    @property
+    def status(self) -> str:
+        """done: all of it saved; partial: some saved, some refused or skipped; unchanged: nothing to do (all
+        skipped); refused: nothing saved because something was refused."""
+        if self.error is not None:
+            return "refused"
+        did = any(o.kind in CHANGING_KINDS for o in self.outcomes)
+        failed = any(o.kind in ("refused", "skipped") for o in self.outcomes)
+        if did:
+            return "partial" if failed else "done"
+        return "refused" if self.of("refused") else "unchanged"
+
+    def as_json(self) -> dict[str, Any]:
+        """For the UI: the status and one list per kind of outcome (conflicts: "conflicts"; notes: "notes")."""
+        out: dict[str, Any] = {"tool": self.tool, "status": self.status}
+        for kind in OUTCOME_KINDS:
+            out["conflicts" if kind == "conflict" else "notes" if kind == "note" else kind] = []
+        for o in self.outcomes:
+            out["conflicts" if o.kind == "conflict" else "notes" if o.kind == "note" else o.kind].append(o.as_json())
+        if self.error is not None:
+            out["error"] = {"reason": self.error_reason, "message": self.error}
+        return out
+
+
+Answer = WriteResult | str  # what a tool answers before render_text: a write's result, or a read's text
+
+
+def conflict_resolution(entity: str, older: str) -> dict[str, Any]:
+    """The delete_observations arguments that would remove the older of two possibly conflicting facts."""
+    return {"deletions": [{"entityName": entity, "observations": [older]}]}
+
+
+def render_text(answer: Answer) -> str:
+    """The one renderer: a handler's answer as the text a model reads (reads already answer in text)."""
+    if isinstance(answer, str):
+        return answer
+    if answer.error is not None:
+        return answer.error
+    body = RENDERERS[answer.tool](answer)
+    return "\n".join([body] + [o.detail for o in answer.of("note", "call")])
+
+
+def fact_block_text(result: WriteResult, group: int) -> str:
+    """One entity's facts of a call: "Name: +added, now N", then what was skipped, replaced, possibly conflicts,
+    archived over the cap, and refused, in that order."""
+    return "; ".join(fact_block_parts(result, group))
+
+
+def fact_block_parts(result: WriteResult, group: int) -> list[str]:
+    """The pieces of fact_block_text, the head first."""
+    entity, now = result.groups[group - 1]
+    parts = [f"{entity}: +{len(result.of('added', 'fact', group))}, now {now}"]
+    for o in result.outcomes:
+        if o.group != group:
+            continue
+        if o.kind == "skipped":
+            parts.append(f"skipped {o.detail}" if o.reason == "duplicate" else f"skipped {_q(o.text, 60)}: {o.detail}")
+        elif o.kind == "replaced":
+            parts.append(f"replaced {_q(o.other)} (archived)")
+        elif o.kind == "conflict":
+            parts.append(conflict_note_text(o.entity, o.other, o.pinned))
+    moved = result.of("archived", "fact", group)
+    if moved:
+        parts.append(f"{len(moved)} oldest dated archived ({moved[0].detail})")
+    parts += [o.detail for o in result.of("note", "entity", group)]
+    parts += [f"refused {'a fact' if o.reason == 'secret' else _q(o.text, 60)}: {o.detail}"
+              for o in result.of("refused", "fact", group)]
+    return parts
+
+
+def conflict_note_text(entity: str, older: str, pinned: bool) -> str:
+    """When unsure, say so: the older fact's exact text and the call that would remove it; the agent decides."""
+    call = json.dumps(conflict_resolution(entity, older), ensure_ascii=False)
+    flag = " (pinned)" if pinned else ""
+    return f"possible conflict with the older {json.dumps(older, ensure_ascii=False)}{flag}: both kept; " \
+           f"if it no longer holds: delete_observations {call}"
+
+
+def _block_says_more(result: WriteResult, group: int) -> bool:
+    """Whether a fact block has anything beyond facts added (else create_entities leaves it out)."""
+    return any(o.group == group and o.kind != "added" for o in result.outcomes)
+
+
+def _render_create_entities(r: WriteResult) -> str:
+    created = [o.entity for o in r.of("added", "entity")]
+    existed = [o.entity for o in r.of("skipped", "entity")]
+    lines = []
+    for o in r.outcomes:
+        if o.kind == "refused" and o.what == "entity":
+            lines.append(f"refused {_q(o.text)}: {o.detail}")
+        elif o.kind == "added" and o.what == "entity" and _block_says_more(r, o.group):
+            lines.append(fact_block_text(r, o.group))
+    out = ([f"Created {len(created)}: {', '.join(created)}"] if created else []) + \
+          ([f"Already existed (use add_observations): {', '.join(existed)}"] if existed else [])
+    return "\n".join(out + lines) or "Nothing to create."
+
+
+def _render_create_relations(r: WriteResult) -> str:
+    out = [f"Created {len(r.of('added'))} relation(s)."]
+    skipped = r.of("skipped")
+    if skipped:
+        out.append("Already existed: " + "; ".join(o.text for o in skipped))
+    return "\n".join(out + [f"refused {short(o.text, 120)}: {o.detail}" for o in r.of("refused")])
+
+
+def _render_add_observations(r: WriteResult) -> str:
+    return "\n".join(fact_block_text(r, g) for g in range(1, len(r.groups) + 1)) or "Nothing to add."
+
+
+def _render_delete_entities(r: WriteResult) -> str:
+    out = f"Deleted {len(r.of('removed', 'entity'))} entities, {len(r.of('removed', 'relation'))} relations."
+    missing = r.of("skipped", "entity")
+    if missing:
+        out += " Not found: " + ", ".join(_q(o.entity) for o in missing) + "."
+    return " ".join([out] + [o.detail for o in r.of("note", "entity")])
+
+
+def _render_delete_observations(r: WriteResult) -> str:
+    lines = []
+    for group, (entity, _) in enumerate(r.groups, 1):
+        missing = r.of("skipped", "entity", group)
+        if missing:
+            lines.append(f"{_q(entity)}: {missing[0].detail}")
+            continue
+        line = f"{entity}: -{len(r.of('removed', 'fact', group))}"
+        unmatched = r.of("skipped", "fact", group)
+        if unmatched:
+            line += f" ({len(unmatched)} not matched exactly: {', '.join(_q(o.text, 50) for o in unmatched[:3])})"
+        lines.append(line)
+    return "\n".join(lines) or "Nothing to delete."
+
+
+def _render_delete_relations(r: WriteResult) -> str:
+    return f"Deleted {len(r.of('removed'))} of {r.counts['asked']} relation(s)."
+
+
+def _render_rename(r: WriteResult) -> str:
+    o = r.of("changed", "name")[0]
+    return f"Renamed {_q(o.other)} -> {_q(o.text)}; {r.counts['relation_ends']} relation end(s) updated; " \
+           "facts and archive kept."
+
+
+def _render_restore(r: WriteResult) -> str:
+    entity, now = r.groups[0]
+    moved = r.of("archived")
+    note = f"; {len(moved)} older dated fact(s) archived to stay under the cap" if moved else ""
+    return f"Restored {len(r.of('added'))} fact(s) to {entity}, now {now}{note}."
+
+
+def _render_edit(r: WriteResult) -> str:
+    if not r.of("replaced", group=0):
+        return _render_detail(r)
+    o = r.of("replaced", group=0)[0]
+    rest = fact_block_parts(r, 1)[1:]
+    return f"{o.entity}: fact edited." + (" " + "; ".join(rest) if rest else "")
+
+
+def _render_detail(r: WriteResult) -> str:
+    """Handlers whose one outcome carries its own words (type set, archived by hand, marked, undone)."""
+    return next(o.detail for o in r.outcomes if o.kind != "note")
+
+
+RENDERERS: dict[str, Callable[[WriteResult], str]] = {
+    "create_entities": _render_create_entities, "create_relations": _render_create_relations,
+    "add_observations": _render_add_observations, "delete_entities": _render_delete_entities,
+    "delete_observations": _render_delete_observations, "delete_relations": _render_delete_relations,
+    "rename_entity": _render_rename, "archived_observations": _render_restore, "edit_fact": _render_edit,
+    "set_entity_type": _render_detail, "archive_fact": _render_detail, "mark_fact": _render_detail,
+    "undo": _render_detail,
+}
+
 
 WHEN_HELP = ("Only facts written {edge} this time: an ISO 8601 date or date-time (UTC unless it says), "
              "or a relative time such as 30m, 12h, 7d, 2w")
@@ -4078,12 +4332,29 @@ NAME_MAX_CHARS = 200  # entity names, types and relation types: labels, not fact
 
 def name_problem(label: str, value: str) -> str | None:
     """Why a name, entity type, relation type or new name is refused, or None; never repeats the value."""
+    refusal = name_refusal(label, value)
+    return refusal[1] if refusal else None
+
+
+def name_refusal(label: str, value: str) -> tuple[str, str] | None:
+    """(reason code, words) when a name, entity type, relation type or new name is refused, else None."""
     if not value.strip():
-        return f"{label} is empty"
+        return "empty", f"{label} is empty"
     if len(value) > NAME_MAX_CHARS:
-        return f"{label} is {len(value)} chars, over the {NAME_MAX_CHARS}-char limit for names: keep names short, put detail in facts"
+        return "too_long", (f"{label} is {len(value)} chars, over the {NAME_MAX_CHARS}-char limit for names: "
+                            "keep names short, put detail in facts")
     secret = looks_like_secret(value)
-    return f"{label} {secret_refusal(secret)}" if secret else None
+    return ("secret", f"{label} {secret_refusal(secret)}") if secret else None
+
+
+def fact_refusal(text: str, settings: Settings, anchors: "AnchorChecker") -> tuple[str, str] | None:
+    """(reason code, words) when a new fact is refused (check_new_fact's checks, in its order, then its
+    code anchor), else None."""
+    words = check_new_fact(text, settings)
+    if words:
+        return ("empty" if not text.strip() else "too_long" if len(text) > settings.obs_max_chars else "secret"), words
+    words = anchors.check_new(text)
+    return ("anchor", words) if words else None
 
 
 WITHHELD = "[withheld: looks like a credential]"
@@ -4311,6 +4582,12 @@ class Memory:
 
     def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
         """Run a tool: (text, is_error). Never raises for bad input."""
+        answer, is_error = self.answer_tool(name, arguments)
+        return render_text(answer), is_error
+
+    def answer_tool(self, name: str, arguments: Any) -> tuple[Answer, bool]:
+        """Run a tool: (its answer as data, is_error). Writes answer a WriteResult (render_text makes the
+        model's text, as_json the UI's), reads answer text. Never raises for bad input."""
         tool = TOOLS_BY_NAME.get(name)
         if tool is None:
             raise KeyError(name)
@@ -4318,7 +4595,7 @@ class Memory:
             arguments = {}
         problem = validate_args(tool.input_schema, arguments)
         if problem:
-            return f"Invalid arguments for {name}: {problem}.", True
+            return WriteResult.refusal(name, f"Invalid arguments for {name}: {problem}.", "invalid_arguments"), True
         arguments = dict(arguments)
         scope = arguments.pop("scope", None)
         if self.settings.personal_path is not None:
@@ -4327,26 +4604,27 @@ class Memory:
                 return routed
         return self._run_tool(tool, arguments)
 
-    def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[str, bool]:
+    def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[Answer, bool]:
         with self.lock:
             try:
                 handler = getattr(self, tool.name)
                 return self._call(lambda: handler(**{k: v for k, v in arguments.items()
                                                      if k in tool.input_schema["properties"]})), False
             except ToolError as err:
-                return str(err), True
+                return WriteResult.refusal(tool.name, err), True
             except StoreError as err:
-                return f"Not saved: {err}.", True
+                return WriteResult.refusal(tool.name, f"Not saved: {err}.", "not_saved"), True
             except OSError as err:
-                return f"Not saved: cannot write {self.settings.file_path} ({err.strerror or err}).", True
+                return WriteResult.refusal(tool.name, f"Not saved: cannot write {self.settings.file_path} "
+                                           f"({err.strerror or err}).", "not_saved"), True
 
     # ── tiers: a project's team graph, with the personal graph read alongside ──
-    def _across_tiers(self, name: str, args: dict[str, Any], scope: str | None) -> tuple[str, bool] | None:
+    def _across_tiers(self, name: str, args: dict[str, Any], scope: str | None) -> tuple[Answer, bool] | None:
         """A call in a project with a team graph: writes go to the project unless scope is "global"; reads
         span both graphs (the personal one marked); deletes and edits act where the entity lives. None: run
         it on the project graph as usual."""
         if name in ("create_entities", "add_observations", "create_relations"):
-            return self.personal(create=True).call_tool(name, args) if scope == "global" else None
+            return self.personal(create=True).answer_tool(name, args) if scope == "global" else None
         personal = self.personal(create=False)
         if personal is None:  # no personal memory yet: nothing to read alongside or to act on
             return None
@@ -4366,7 +4644,7 @@ class Memory:
             return f"{PERSONAL_HEADER}\n{text}", False
         named = tier_entity_names(name, args)
         if named and all(personal.graph().get(n) and not self.graph().get(n) for n in named):
-            return personal.call_tool(name, args)
+            return personal.answer_tool(name, args)
         return None
 
     def personal(self, create: bool) -> "Memory | None":
@@ -4401,9 +4679,10 @@ class Memory:
             return text, error
         return combined, error
 
-    def _mutate(self, summary: str, change: Callable[[Transaction], str]) -> str:
+    def _mutate(self, summary: str, change: Callable[[Transaction], Answer]) -> Answer:
         """One code path for a change: lock, fresh read, change, archive, atomic write, history.
-        When the lock or the file changed under the write (WriteConflict), it is re-read and re-applied."""
+        When the lock or the file changed under the write (WriteConflict), it is re-read and re-applied.
+        change answers a WriteResult (the store's notes join its outcomes) or, for maintenance, text."""
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
                 with self.store.transaction() as tx:
@@ -4416,6 +4695,10 @@ class Memory:
                 if attempt == WRITE_ATTEMPTS:
                     raise StoreError(f"{err}, {WRITE_ATTEMPTS} times in a row; nothing was changed, try again") from None
         self._after_commit(tx, summary, changes)
+        if isinstance(result, WriteResult):
+            for note in tx.notes:
+                result.add("note", "call", reason="store", detail=note)
+            return result
         return "\n".join([result, *tx.notes])
 
     def _after_commit(self, tx: Transaction, summary: str, changes: dict[str, Any] | None) -> None:
@@ -4443,10 +4726,10 @@ class Memory:
         if entity is None:
             renamed = self._renamed_to(graph, name)
             if renamed:
-                raise ToolError(f"{_q(name)} was renamed to {_q(renamed)}; use the new name")
+                raise ToolError(f"{_q(name)} was renamed to {_q(renamed)}; use the new name", "renamed")
             hint = self._names_like(graph, name)
             raise ToolError(f"unknown entity {_q(name)}" + (f"; did you mean {', '.join(map(_q, hint))}?" if hint else
-                                                            "; create it with create_entities"))
+                                                            "; create it with create_entities"), "unknown_entity")
         return entity
 
     def _names_like(self, graph: Graph, name: str) -> list[str]:
@@ -4479,22 +4762,33 @@ class Memory:
 
     # ── adding facts: the write-time curation every path shares ──
     def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
-        added, notes, refused = [], [], []
+        """_curate_facts for a caller that wants the answer's line for this entity (--import)."""
+        result = WriteResult("add_observations")
+        return fact_block_text(result, self._curate_facts(tx, entity, contents, result, why))
+
+    def _curate_facts(self, tx: Transaction, entity: Entity, contents: list[str], result: WriteResult,
+                      why: str = "over cap") -> int:
+        """Add facts to an entity through the write-time checks (refusals, duplicates, supersede, possible
+        conflicts, the cap); what happened goes into result as one block. Returns the block's number."""
+        group = result.open_group(entity.name)
+        added: list[str] = []
         this_call: set[str] = set()  # facts of one call never replace each other, nor are named as conflicts
         neighbours = FactNeighbours(entity.observations)
         for text in contents:
-            reason = check_new_fact(text, self.settings) or self.anchors.check_new(text)
-            if reason:
-                shown = "a fact" if reason.startswith("looks like a credential") else _q(text, 60)  # never echo a secret
-                refused.append(f"refused {shown}: {reason}")
+            refusal = fact_refusal(text, self.settings, self.anchors)
+            if refusal:
+                result.add("refused", "fact", entity.name, text=_redacted(text), reason=refusal[0], detail=refusal[1],
+                           group=group)
                 tx.refused += 1
                 continue
             verdict, other = neighbours.first_flagged(text)
             if verdict == "duplicate":
-                notes.append(f"skipped duplicate of {_q(other)}")
+                result.add("skipped", "fact", entity.name, text=text, reason="duplicate", other=other,
+                           detail=f"duplicate of {_q(other)}", group=group)
                 continue
             if verdict == "near":
-                notes.append(f"skipped {_q(text, 60)}: nearly the same as {_q(other)}")
+                result.add("skipped", "fact", entity.name, text=text, reason="near_duplicate", other=other,
+                           detail=f"nearly the same as {_q(other)}", group=group)
                 continue
             tx.touch(entity.name)
             if other in this_call:
@@ -4503,87 +4797,81 @@ class Memory:
                 entity.observations.remove(other)
                 neighbours.remove(other)
                 tx.archive(entity.name, [other], f"superseded by {_q(text, 120)}")
-                notes.append(f"replaced {_q(other)} (archived)")
+                result.add("replaced", "fact", entity.name, text=text, reason="superseded", other=other,
+                           detail="the newer value replaces the older (archived)", group=group)
             elif verdict in ("supersede", "conflict"):
-                notes.append(self._conflict_note(entity.name, other))
+                result.add("conflict", "fact", entity.name, text=text, reason="possible_conflict", other=other,
+                           pinned=self.meta.state(entity.name, other).pinned, group=group,
+                           detail="both kept; delete the older one if it no longer holds")
             entity.observations.append(text)
             neighbours.add(text)
             this_call.add(text)
             added.append(text)
+            result.add("added", "fact", entity.name, text=text, group=group)
             tx.added += 1
-        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self.lifecycle.pinned(entity.name))
+        # a call that adds nothing archives nothing (an all-refused call is not saved: it must not say it did)
+        moved = overflow_to_archive(entity, self.settings.obs_max, set(added), self.lifecycle.pinned(entity.name)) \
+            if added else []
         if moved:
             tx.touch(entity.name)
             for text in moved:
                 entity.observations.remove(text)
+                result.add("archived", "fact", entity.name, text=text, reason="over_cap",
+                           detail=f"cap {self.settings.obs_max}", group=group)
             tx.archive(entity.name, moved, why)
-            notes.append(f"{len(moved)} oldest dated archived (cap {self.settings.obs_max})")
         if len(entity.observations) > self.settings.obs_max:
-            notes.append(f"over cap {self.settings.obs_max}: undated, pinned and rule/convention/decision facts are "
-                         "never archived; delete stale ones")
-        parts = [f"{entity.name}: +{len(added)}, now {len(entity.observations)}"] + notes + refused
-        return "; ".join(parts)
-
-    def _conflict_note(self, entity: str, older: str) -> str:
-        """When unsure, say so: the older fact's exact text and the call that would remove it; the agent decides."""
-        pinned = " (pinned)" if self.meta.state(entity, older).pinned else ""
-        call = json.dumps({"deletions": [{"entityName": entity, "observations": [older]}]}, ensure_ascii=False)
-        return f"possible conflict with the older {json.dumps(older, ensure_ascii=False)}{pinned}: both kept; " \
-               f"if it no longer holds: delete_observations {call}"
+            result.add("note", "entity", entity.name, reason="over_cap_kept", group=group,
+                       detail=f"over cap {self.settings.obs_max}: undated, pinned and rule/convention/decision facts "
+                              "are never archived; delete stale ones")
+        result.close_group(group, len(entity.observations))
+        return group
 
     # ── the nine reference tools ──
-    def create_entities(self, entities: list[dict[str, Any]]) -> str:
-        def change(tx: Transaction) -> str:
-            lines, created, existed = [], [], []
+    def create_entities(self, entities: list[dict[str, Any]]) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
+            result = WriteResult("create_entities")
             for item in entities:
                 name, etype = item["name"], item["entityType"]
-                problem = name_problem("name", name) or name_problem("entityType", etype)
-                if problem:
-                    lines.append(f"refused {_q(_redacted(name))}: {problem}")
+                refusal = name_refusal("name", name) or name_refusal("entityType", etype)
+                if refusal:
+                    result.add("refused", "entity", _redacted(name), text=_redacted(name), reason=refusal[0],
+                               detail=refusal[1])
                     continue
                 if tx.graph.get(name):
-                    existed.append(name)
+                    result.add("skipped", "entity", name, text=name, reason="exists",
+                               detail="already exists (use add_observations)")
                     continue
                 tx.touch(name)
                 entity = Entity(name, etype, [])
                 tx.graph.entities.append(entity)
                 tx.graph.invalidate()
-                created.append(name)
-                detail = self._add_facts(tx, entity, item["observations"])
-                if ";" in detail:  # something was skipped, replaced, archived or refused: say so
-                    lines.append(detail)
-            out = []
-            if created:
-                out.append(f"Created {len(created)}: {', '.join(created)}")
-            if existed:
-                out.append(f"Already existed (use add_observations): {', '.join(existed)}")
-            return "\n".join(out + lines) or "Nothing to create."
+                created = result.add("added", "entity", name, text=name)
+                created.group = self._curate_facts(tx, entity, item["observations"], result)
+            return result
         return self._mutate("create entities " + ", ".join(_redacted(e["name"]) for e in entities[:5]), change)
 
-    def create_relations(self, relations: list[dict[str, Any]]) -> str:
-        def change(tx: Transaction) -> str:
+    def create_relations(self, relations: list[dict[str, Any]]) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
+            result = WriteResult("create_relations")
             existing = {r.key for r in tx.graph.relations}
-            created, skipped, refused = 0, [], []
             for item in relations:
                 rel = Relation(item["from"], item["to"], item["relationType"])
                 missing = [n for n in (rel.frm, rel.to) if tx.graph.get(n) is None]
-                type_problem = name_problem("relationType", rel.relationType)
-                if missing or type_problem:
-                    why = (f"unknown entity {', '.join(_q(_redacted(m)) for m in missing)}" + self._hint(tx.graph, missing[0])
-                           if missing else type_problem)
-                    refused.append(f"refused {short(_redacted(rel.line()), 120)}: {why}")
+                refusal = None if missing else name_refusal("relationType", rel.relationType)
+                if missing:
+                    refusal = ("unknown_entity", f"unknown entity {', '.join(_q(_redacted(m)) for m in missing)}"
+                               + self._hint(tx.graph, missing[0]))
+                if refusal:
+                    result.add("refused", "relation", text=_redacted(rel.line()), reason=refusal[0], detail=refusal[1])
                     continue
                 if rel.key in existing:
-                    skipped.append(rel.line())
+                    result.add("skipped", "relation", text=rel.line(), reason="exists", detail="already exists")
                     continue
                 tx.touch_relations()
                 tx.graph.relations.append(rel)
                 existing.add(rel.key)
-                created += 1
-            out = [f"Created {created} relation(s)."]
-            if skipped:
-                out.append("Already existed: " + "; ".join(skipped))
-            return "\n".join(out + refused)
+                result.add("added", "relation", text=rel.line())
+            return result
         return self._mutate(f"create {len(relations)} relation(s)", change)
 
     def _hint(self, graph: Graph, name: str) -> str:
@@ -4593,76 +4881,98 @@ class Memory:
         hint = self._names_like(graph, name)
         return f" (did you mean {', '.join(map(_q, hint))}?)" if hint else ""
 
-    def add_observations(self, observations: list[dict[str, Any]]) -> str:
-        def change(tx: Transaction) -> str:
+    def add_observations(self, observations: list[dict[str, Any]]) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
             for item in observations:  # all or nothing, as the reference: an unknown entity saves nothing
                 try:
                     self._need(tx.graph, item["entityName"])
                 except ToolError as err:
                     others = [n for n in dict.fromkeys(o["entityName"] for o in observations) if tx.graph.get(n)]
                     either = f" (not to {', '.join(map(_q, others))} either)" if others else ""
-                    raise ToolError(f"Nothing added{either}: {err}; fix the name and send the whole call again") from None
-            text = "\n".join(self._add_facts(tx, tx.graph.get(item["entityName"]), item["contents"])
-                              for item in observations) or "Nothing to add."
+                    raise ToolError(f"Nothing added{either}: {err}; fix the name and send the whole call again",
+                                    err.reason) from None
+            result = WriteResult("add_observations")
+            for item in observations:
+                self._curate_facts(tx, tx.graph.get(item["entityName"]), item["contents"], result)
             if tx.refused and not tx.added:
-                raise ToolError("Nothing added. " + text)
-            return text
+                raise ToolError("Nothing added. " + render_text(result), "all_refused", result)
+            return result
         return self._mutate("add facts to " + ", ".join(o["entityName"] for o in observations[:5]), change)
 
-    def delete_entities(self, entityNames: list[str]) -> str:
-        def change(tx: Transaction) -> str:
+    def delete_entities(self, entityNames: list[str]) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
+            result = WriteResult("delete_entities")
             names = set(entityNames)
             found = sorted({e.name for e in tx.graph.entities if e.name in names})
             for name in found:
                 tx.touch(name)
+                result.add("removed", "entity", name, text=name)
             tx.graph.entities = [e for e in tx.graph.entities if e.name not in names]
             tx.graph.invalidate()
-            before = len(tx.graph.relations)
-            kept = [r for r in tx.graph.relations if r.frm not in names and r.to not in names]
-            if len(kept) != before:
+            kept = []
+            for r in tx.graph.relations:
+                if r.frm in names or r.to in names:
+                    result.add("removed", "relation", text=r.line(), reason="end_deleted")
+                else:
+                    kept.append(r)
+            if len(kept) != len(tx.graph.relations):
                 tx.touch_relations()
                 tx.graph.relations = kept
-            out = f"Deleted {len(found)} entities, {before - len(kept)} relations."
-            missing = [n for n in entityNames if n not in found]
-            if missing:
-                out += " Not found: " + ", ".join(map(_q, missing)) + "."
+            for name in entityNames:
+                if name not in found:
+                    result.add("skipped", "entity", name, text=name, reason="not_found", detail="not found")
             if any(self.store.archive_path(n).exists() for n in found):
-                out += " Their archived facts are kept (archived_observations)."
-            return out
+                result.add("note", "entity", reason="archive_kept",
+                           detail="Their archived facts are kept (archived_observations).")
+            return result
         return self._mutate("delete " + ", ".join(entityNames[:5]), change)
 
-    def delete_observations(self, deletions: list[dict[str, Any]]) -> str:
-        def change(tx: Transaction) -> str:
-            lines = []
+    def delete_observations(self, deletions: list[dict[str, Any]]) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
+            result = WriteResult("delete_observations")
             for item in deletions:
+                group = result.open_group(item["entityName"])
                 entity = tx.graph.get(item["entityName"])
                 if entity is None:
-                    lines.append(f"{_q(item['entityName'])}: not found{self._hint(tx.graph, item['entityName'])}")
+                    result.add("skipped", "entity", item["entityName"], reason="not_found", group=group,
+                               detail="not found" + self._hint(tx.graph, item["entityName"]))
                     continue
                 wanted = set(item["observations"])
                 present = set(entity.observations)
                 kept = [o for o in entity.observations if o not in wanted]
-                removed = len(entity.observations) - len(kept)
-                if removed:
+                for o in entity.observations:
+                    if o in wanted:
+                        result.add("removed", "fact", entity.name, text=o, group=group)
+                if len(kept) != len(entity.observations):
                     tx.touch(entity.name)
                     entity.observations = kept
-                unmatched = [o for o in dict.fromkeys(item["observations"]) if o not in present]
-                line = f"{entity.name}: -{removed}"
-                if unmatched:
-                    line += f" ({len(unmatched)} not matched exactly: {', '.join(_q(u, 50) for u in unmatched[:3])})"
-                lines.append(line)
-            return "\n".join(lines) or "Nothing to delete."
+                for o in dict.fromkeys(item["observations"]):
+                    if o not in present:
+                        result.add("skipped", "fact", entity.name, text=o, reason="not_matched", group=group,
+                                   detail="no fact with exactly this text")
+                result.close_group(group, len(entity.observations))
+            return result
         return self._mutate("delete facts from " + ", ".join(d["entityName"] for d in deletions[:5]), change)
 
-    def delete_relations(self, relations: list[dict[str, Any]]) -> str:
-        def change(tx: Transaction) -> str:
+    def delete_relations(self, relations: list[dict[str, Any]]) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
+            result = WriteResult("delete_relations", counts={"asked": len(relations)})
             wanted = {(r["from"], r["to"], r["relationType"]) for r in relations}
-            kept = [r for r in tx.graph.relations if r.key not in wanted]
-            removed = len(tx.graph.relations) - len(kept)
-            if removed:
+            present = {r.key for r in tx.graph.relations}
+            kept = []
+            for r in tx.graph.relations:
+                if r.key in wanted:
+                    result.add("removed", "relation", text=r.line())
+                else:
+                    kept.append(r)
+            if len(kept) != len(tx.graph.relations):
                 tx.touch_relations()
                 tx.graph.relations = kept
-            return f"Deleted {removed} of {len(relations)} relation(s)."
+            for key in dict.fromkeys((r["from"], r["to"], r["relationType"]) for r in relations):
+                if key not in present:
+                    result.add("skipped", "relation", text=Relation(*key).line(), reason="not_found",
+                               detail="no such relation")
+            return result
         return self._mutate(f"delete {len(relations)} relation(s)", change)
 
     READ_GRAPH_PER_TYPE = 12
@@ -4865,7 +5175,7 @@ class Memory:
         self.receipts.record("recall", self.client, text, self.receipts.reference_tokens(graph, docs) if shown else 0)
         return text
 
-    def mark_fact(self, entityName: str, observation: str, action: str) -> str:
+    def mark_fact(self, entityName: str, observation: str, action: str) -> WriteResult:
         graph = self.graph()
         entity = self._need(graph, entityName)
         text = self._find_fact(entity, observation)
@@ -4892,7 +5202,9 @@ class Memory:
             raise ToolError(f"Not saved: {self.meta.problem}; the fact is unchanged, try again in a moment")
         self.meta.record_history(self.client, f"{action} a fact on {entity.name}", {"entities": [], "relationsAdded": [],
                                  "relationsRemoved": [], "marked": [entity.name, text, action]})
-        return message
+        result = WriteResult("mark_fact")
+        result.add("changed", "mark", entity.name, text=text, reason=action, detail=message)
+        return result
 
     def _find_fact(self, entity: Entity, observation: str) -> str:
         if observation in entity.observations:
@@ -4902,16 +5214,17 @@ class Memory:
             return hits[0]
         listing = "; ".join(_q(o, 60) for o in (hits or entity.observations)[:5])
         raise ToolError(f"{entity.name} has {'several' if hits else 'no'} fact(s) matching {_q(observation)}: "
-                        f"{listing or 'none'}. Give the exact text.")
+                        f"{listing or 'none'}. Give the exact text.", "ambiguous" if hits else "not_found")
 
-    def rename_entity(self, name: str, newName: str) -> str:
-        def change(tx: Transaction) -> str:
+    def rename_entity(self, name: str, newName: str) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
             entity = self._need(tx.graph, name)
-            problem = name_problem("newName", newName)
-            if problem:
-                raise ToolError(problem)
+            refusal = name_refusal("newName", newName)
+            if refusal:
+                raise ToolError(refusal[1], refusal[0])
             if tx.graph.get(newName):
-                raise ToolError(f"{_q(newName)} already exists; merge by hand (add_observations, then delete_entities)")
+                raise ToolError(f"{_q(newName)} already exists; merge by hand (add_observations, then delete_entities)",
+                                "exists")
             tx.touch(name)
             tx.touch(newName)
             entity.name = newName
@@ -4926,35 +5239,49 @@ class Memory:
                     r.json_line = None
             tx.rename_archive(name, newName)
             tx.move_facts([((name, o), (newName, o)) for o in entity.observations])
-            return f"Renamed {_q(name)} -> {_q(newName)}; {moved} relation end(s) updated; facts and archive kept."
+            result = WriteResult("rename_entity", counts={"relation_ends": moved})
+            result.add("changed", "name", newName, text=newName, other=name, reason="renamed",
+                       detail="facts, relations and archive kept")
+            return result
         return self._mutate(f"rename {name} to {newName}", change)
 
-    def archived_observations(self, entityName: str, query: str | None = None, restore: list[str] | None = None) -> str:
+    def archived_observations(self, entityName: str, query: str | None = None,
+                              restore: list[str] | None = None) -> Answer:
         if restore:
-            def change(tx: Transaction) -> str:
+            def change(tx: Transaction) -> WriteResult:
                 archived = [f.text for f in self.store.read_archive(entityName)]
                 entity = tx.graph.get(entityName)
                 if not archived:
-                    raise ToolError(f"{_q(entityName)} has no archived facts")
+                    raise ToolError(f"{_q(entityName)} has no archived facts", "not_found")
                 missing = [t for t in restore if t not in archived]
                 if missing:
                     raise ToolError(f"not in the archive of {_q(entityName)}: {', '.join(_q(m, 60) for m in missing)}; "
-                                    "list them first and give the exact text")
+                                    "list them first and give the exact text", "not_found")
                 if entity is None:
                     tx.touch(entityName)
                     entity = Entity(entityName, "restored", [])
                     tx.graph.entities.append(entity)
                     tx.graph.invalidate()
                 tx.touch(entityName)
+                result = WriteResult("archived_observations")
+                group = result.open_group(entityName)
                 back = [t for t in dict.fromkeys(restore) if t not in entity.observations]
+                for text in dict.fromkeys(restore):
+                    if text in back:
+                        result.add("added", "fact", entityName, text=text, reason="restored", group=group)
+                    else:
+                        result.add("skipped", "fact", entityName, text=text, reason="already_active", group=group,
+                                   detail="already among the active facts (taken out of the archive)")
                 entity.observations += back
                 tx.unarchive(entityName, list(dict.fromkeys(restore)))
                 moved = overflow_to_archive(entity, self.settings.obs_max, set(back), self.lifecycle.pinned(entityName))
                 for text in moved:
                     entity.observations.remove(text)
+                    result.add("archived", "fact", entityName, text=text, reason="over_cap", group=group,
+                               detail=f"cap {self.settings.obs_max}")
                 tx.archive(entityName, moved, "over cap")
-                note = f"; {len(moved)} older dated fact(s) archived to stay under the cap" if moved else ""
-                return f"Restored {len(back)} fact(s) to {entityName}, now {len(entity.observations)}{note}."
+                result.close_group(group, len(entity.observations))
+                return result
             return self._mutate(f"restore facts of {entityName}", change)
         facts = self.store.read_archive(entityName)
         if not facts:
@@ -4976,45 +5303,58 @@ class Memory:
         return head + ". Restore with restore: [exact text].\n" + "\n".join(lines)
 
     # ── edits the UI offers beyond the agent tools (same checks, same history) ──
-    def set_entity_type(self, name: str, entityType: str) -> str:
-        def change(tx: Transaction) -> str:
+    def set_entity_type(self, name: str, entityType: str) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
             entity = self._need(tx.graph, name)
-            problem = name_problem("entityType", entityType)
-            if problem:
-                raise ToolError(problem)
+            refusal = name_refusal("entityType", entityType)
+            if refusal:
+                raise ToolError(refusal[1], refusal[0])
             tx.touch(name)
             old, entity.entityType = entity.entityType, entityType
-            return f"{name}: type {_q(old)} -> {_q(entityType)}."
+            result = WriteResult("set_entity_type")
+            result.add("changed", "type", name, text=entityType, other=old, reason="retyped",
+                       detail=f"{name}: type {_q(old)} -> {_q(entityType)}.")
+            return result
         return self._call(lambda: self._mutate(f"set type of {name}", change))
 
-    def edit_fact(self, name: str, old: str, new: str) -> str:
-        def change(tx: Transaction) -> str:
+    def edit_fact(self, name: str, old: str, new: str) -> Answer:
+        def change(tx: Transaction) -> Answer:
             entity = self._need(tx.graph, name)
             if old not in entity.observations:
-                raise ToolError(f"{name} has no fact {_q(old)} (it may have changed meanwhile); reload")
+                raise ToolError(f"{name} has no fact {_q(old)} (it may have changed meanwhile); reload", "not_found")
             if old == new:
-                return "No change."
+                result = WriteResult("edit_fact")
+                result.add("skipped", "fact", name, text=new, reason="unchanged", detail="No change.")
+                return result
             position = entity.observations.index(old)
             tx.touch(name)
             entity.observations.remove(old)
-            result = self._add_facts(tx, entity, [new])
+            result = WriteResult("edit_fact")
+            group = self._curate_facts(tx, entity, [new], result)
             if new not in entity.observations:
-                raise ToolError(f"edit refused, fact unchanged: {result.split('; ', 1)[-1]}")
+                why = next(o.reason for o in result.outcomes if o.kind in ("refused", "skipped"))
+                raise ToolError("edit refused, fact unchanged: " + "; ".join(fact_block_parts(result, group)[1:]),
+                                why, result)
+            result.outcomes = [o for o in result.outcomes if o.kind != "added"]  # an edit, not a new fact
+            result.add("replaced", "fact", name, text=new, other=old, reason="edited", detail="edited")
             entity.observations.remove(new)
             entity.observations.insert(min(position, len(entity.observations)), new)
             tx.move_facts([((name, old), (name, new))])
-            return f"{name}: fact edited." + ("" if result.count(";") == 0 else " " + result.split("; ", 1)[1])
+            return result
         return self._call(lambda: self._mutate(f"edit a fact of {name}", change))
 
-    def archive_fact(self, name: str, text: str) -> str:
-        def change(tx: Transaction) -> str:
+    def archive_fact(self, name: str, text: str) -> WriteResult:
+        def change(tx: Transaction) -> WriteResult:
             entity = self._need(tx.graph, name)
             if text not in entity.observations:
-                raise ToolError(f"{name} has no fact {_q(text)}")
+                raise ToolError(f"{name} has no fact {_q(text)}", "not_found")
             tx.touch(name)
             entity.observations.remove(text)
             tx.archive(name, [text], "archived by hand")
-            return f"{name}: archived {_q(text)} (restore from the archive any time)."
+            result = WriteResult("archive_fact")
+            result.add("archived", "fact", name, text=text, reason="by_hand",
+                       detail=f"{name}: archived {_q(text)} (restore from the archive any time).")
+            return result
         return self._call(lambda: self._mutate(f"archive a fact of {name}", change))
 
     def undo(self) -> str:
@@ -5073,7 +5413,7 @@ class Memory:
             tx.move_facts([((new, o), (old, o)) for o in facts])
         return "undone"
 
-    def _call(self, run: Callable[[], str], use: bool = True) -> str:
+    def _call(self, run: Callable[[], Answer], use: bool = True) -> Answer:
         """Run one call (a tool, or a UI edit) under the lock; its answer ends with a note when memory.db
         could not be used. use: the call counts as a day of use for the activity clock (maintenance does not)."""
         with self.lock:
@@ -5081,9 +5421,11 @@ class Memory:
             if use:
                 self.meta.mark_active()
             self.hints_left = HINTS_PER_CALL
-            text = run()
+            answer = run()
             note = self.meta.note()
-            return f"{text}\n{note}" if note else text
+            if note and isinstance(answer, WriteResult):
+                answer.add("note", "call", reason="metadata", detail=note)
+            return f"{answer}\n{note}" if note and isinstance(answer, str) else answer
 
     def version(self) -> str:
         """Changes whenever the graph or its metadata changes, from any process: the UI polls it."""
@@ -5559,40 +5901,52 @@ class UiApi:
         name = body.get("op")
         spec = UI_OPS.get(name) if isinstance(name, str) else None
         if spec is None:
-            return {"ok": False, "message": f"unknown op {name!r}; ops: {', '.join(UI_OPS)}"}
+            return ui_refusal(str(name), f"unknown op {name!r}; ops: {', '.join(UI_OPS)}")
         fields, run = spec
         for field in fields:
             value = body.get(field)
             if field == "pinned":
                 if not isinstance(value, bool):
-                    return {"ok": False, "message": "pinned must be true or false"}
+                    return ui_refusal(name, "pinned must be true or false")
             elif field == "id":
                 if not isinstance(value, int) or isinstance(value, bool):
-                    return {"ok": False, "message": f"{name} needs id (a whole number)"}
+                    return ui_refusal(name, f"{name} needs id (a whole number)")
+            elif field == "texts":
+                if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+                    return ui_refusal(name, f"{name} needs texts (a list of strings)")
             elif not isinstance(value, str):
-                return {"ok": False, "message": f"{name} needs {field} (a string)"}
+                return ui_refusal(name, f"{name} needs {field} (a string)")
         with self.memory.lock:  # the acting client is "ui" for exactly this op, never for an agent's call
             previous, self.memory.client = self.memory.client, "ui"
             try:
-                text, ok = run(self.memory, *[body[f] for f in fields])
+                answer, is_error = run(self.memory, *[body[f] for f in fields])
             except ToolError as err:
-                text, ok = str(err), False
+                answer, is_error = WriteResult.refusal(name, err), True
             except StoreError as err:
-                text, ok = f"Not saved: {err}.", False
+                answer, is_error = WriteResult.refusal(name, f"Not saved: {err}.", "not_saved"), True
             finally:
                 self.memory.client = previous
-        return {"ok": ok, "message": text}
+        return ui_reply(answer, is_error)
 
 
-def _tool(name: str, build: Callable[..., dict[str, Any]], writes_graph: bool = True) -> Callable[..., tuple[str, bool]]:
-    """A UI op through an agent tool. It worked when the tool gave no error and, for a graph edit, the graph
-    file was replaced: decided from data, never from the answer's words (an entity named "Not found page"
-    was once reported as refused)."""
-    def run(memory: Memory, *args: Any) -> tuple[str, bool]:
-        before = memory.store.stat_key()
-        text, is_error = memory.call_tool(name, build(*args))
-        return text, not is_error and (not writes_graph or memory.store.stat_key() != before)
-    return run
+def ui_reply(answer: Answer, is_error: bool) -> dict[str, Any]:
+    """An op's answer for the page, decided from data, never from the answer's words (an entity named "Not
+    found page" was once reported as refused): status (done, partial, unchanged, refused) and ok (something
+    was saved) from the WriteResult, its outcomes under "result" for the page to explain, and the text a model
+    would read as "message". A text answer (probes, undo) worked unless it is an error."""
+    result = answer.as_json() if isinstance(answer, WriteResult) else {"status": "refused" if is_error else "done"}
+    return {"ok": result["status"] in ("done", "partial"), "status": result["status"],
+            "message": render_text(answer), "result": result}
+
+
+def ui_refusal(op: str, message: str) -> dict[str, Any]:
+    """An op refused before it ran (unknown op, a missing or mistyped field)."""
+    return ui_reply(WriteResult.refusal(op, message, "invalid_arguments"), True)
+
+
+def _tool(name: str, build: Callable[..., dict[str, Any]]) -> Callable[..., tuple[Answer, bool]]:
+    """A UI op through an agent tool: the same handler, checks and lock; its answer as data."""
+    return lambda memory, *args: memory.answer_tool(name, build(*args))
 
 
 UI_PROBES_SHOWN = 200  # the newest; --probes lists every one
@@ -5607,11 +5961,12 @@ def ui_probes(memory: Memory) -> dict[str, Any]:
     return {"items": rows[::-1][:UI_PROBES_SHOWN], "total": len(rows)}
 
 
-def _direct(method: str) -> Callable[..., tuple[str, bool]]:
-    return lambda memory, *args: (getattr(memory, method)(*args), True)
+def _direct(method: str) -> Callable[..., tuple[Answer, bool]]:
+    """A UI op through a Memory method beyond the agent tools (edits, undo, probes); a refusal raises ToolError."""
+    return lambda memory, *args: (getattr(memory, method)(*args), False)
 
 
-UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
+UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[Answer, bool]]]] = {
     "create_entity": (("name", "entityType"), _tool("create_entities", lambda n, t: {"entities": [
         {"name": n, "entityType": t, "observations": []}]})),
     "delete_entity": (("name",), _tool("delete_entities", lambda n: {"entityNames": [n]})),
@@ -5619,11 +5974,13 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
     "rename": (("name", "newName"), _tool("rename_entity", lambda n, nn: {"name": n, "newName": nn})),
     "add_fact": (("name", "text"), _tool("add_observations", lambda n, t: {"observations": [
         {"entityName": n, "contents": [t]}]})),
+    "add_facts": (("name", "texts"), _tool("add_observations", lambda n, ts: {"observations": [
+        {"entityName": n, "contents": ts}]})),
     "edit_fact": (("name", "old", "new"), _direct("edit_fact")),
     "delete_fact": (("name", "text"), _tool("delete_observations", lambda n, t: {"deletions": [
         {"entityName": n, "observations": [t]}]})),
     "pin": (("name", "text", "pinned"), _tool("mark_fact", lambda n, t, p: {
-        "entityName": n, "observation": t, "action": "pin" if p else "unpin"}, writes_graph=False)),
+        "entityName": n, "observation": t, "action": "pin" if p else "unpin"})),
     "add_relation": (("from", "to", "relationType"), _tool("create_relations", lambda f, t, r: {"relations": [
         {"from": f, "to": t, "relationType": r}]})),
     "delete_relation": (("from", "to", "relationType"), _tool("delete_relations", lambda f, t, r: {"relations": [
@@ -5631,7 +5988,7 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[str, bool]]]] = {
     "restore": (("name", "text"), _tool("archived_observations", lambda n, t: {"entityName": n, "restore": [t]})),
     "archive_fact": (("name", "text"), _direct("archive_fact")),
     "verify_fact": (("name", "text"), _tool("mark_fact", lambda n, t: {
-        "entityName": n, "observation": t, "action": "verified"}, writes_graph=False)),
+        "entityName": n, "observation": t, "action": "verified"})),
     "undo": ((), _direct("undo")),
     "add_probe": (("query", "entity", "fact"), _direct("add_manual_probe")),
     "remove_probe": (("id",), _direct("remove_probe")),

@@ -319,3 +319,54 @@ def test_item5_a_new_value_of_a_short_key_is_named_not_replaced(api):
     text, _ = api.call(*add("Api", "TODO: rotate the keys"))  # "Key: value" notes may both hold: named, kept
     assert facts_on_disk(api) == ["Owner: Lucas Perez", "TODO: update the runbook", "Owner: Maria Lopez",
                                   "TODO: rotate the keys"]
+
+
+# ---------------------------------------------------------------- item 7: results are data, rendered once
+def test_item7_the_text_agents_read_is_rendered_from_data_unchanged(api):
+    """One renderer makes the same text as before; MCP answers stay text content (no structuredContent: the
+    tools declare no outputSchema and several clients show only content)."""
+    start(api, "Status: open", "runs on port 8080", "deploy branch is main; GitHub Actions deploys on tag v*")
+    reply = api.request("tools/call", {"name": "add_observations", "arguments": {"observations": [{
+        "entityName": "Api", "contents": ["runs on port 8080", "2026-02-11: fixed and merged, closing",
+                                          "deploy branch is prod", "deploy key AKIA" + "IOSFODNN7EXAMPLE", ""]}]}})
+    result = reply["result"]
+    assert set(result) == {"content", "isError"} and result["isError"] is False, result
+    [block] = result["content"]
+    assert block["type"] == "text"
+    conflict = json.dumps({"deletions": [{"entityName": "Api", "observations": [
+        "deploy branch is main; GitHub Actions deploys on tag v*"]}]})
+    assert block["text"] == (
+        'Api: +2, now 4; skipped duplicate of "runs on port 8080"; replaced "Status: open" (archived); '
+        'possible conflict with the older "deploy branch is main; GitHub Actions deploys on tag v*": both kept; '
+        f"if it no longer holds: delete_observations {conflict}; refused a fact: looks like a credential (AWS "
+        "access key): record where the secret lives (e.g. \"deploy token: 1Password vault Ops, item 'CI'\"), "
+        'never its value; refused "": empty fact'), block["text"]
+    # a name with "; " in it no longer reads as "something was skipped" (the old code looked for a semicolon)
+    text, _ = api.call("create_entities", {"entities": [{"name": "build; deploy", "entityType": "pipeline",
+                                                         "observations": ["runs nightly"]}]})
+    assert text == "Created 1: build; deploy", text
+    text, is_error = api.call("delete_relations", {"relations": [{"from": "Api", "to": "x", "relationType": "y"}]})
+    assert (text, is_error) == ("Deleted 0 of 1 relation(s).", False)
+    text, is_error = api.call("add_observations", {"observations": [{"entityName": "Api", "contents": ["x" * 301]}]})
+    assert is_error and text.startswith("Nothing added. Api: +0, now 4; refused "), text
+
+
+def test_item7_a_refused_call_never_says_it_archived_something(tmp_path):
+    """An all-refused call is not saved: its answer (text and data) names no archived fact and the count on
+    disk; a call that adds nothing archives nothing."""
+    server = StdioServer(tmp_path / "memory.jsonl", {"MEMORY_OBS_MAX": "3"})
+    try:
+        server.initialize()
+        dated = [f"2026-01-0{i}: deployed 1.{i}" for i in range(1, 6)]
+        text, _ = server.call("create_entities", {"entities": [{"name": "Api", "entityType": "service",
+                                                                "observations": dated}]})
+        assert "over cap 3" in text, text  # a call's own facts are never archived by it
+        text, is_error = server.call(*add("Api", "deploy key AKIA" + "IOSFODNN7EXAMPLE"))
+        assert is_error and text.startswith("Nothing added. Api: +0, now 5; over cap 3"), text
+        assert "oldest dated archived" not in text
+        text, is_error = server.call(*add("Api", dated[0]))
+        assert not is_error and text == 'Api: +0, now 5; skipped duplicate of "2026-01-01: deployed 1.1"; ' \
+            "over cap 3: undated, pinned and rule/convention/decision facts are never archived; delete stale ones"
+        assert facts_on_disk(server) == dated
+    finally:
+        server.close()

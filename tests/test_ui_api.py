@@ -42,14 +42,14 @@ TOKEN_META = re.compile(rb'<meta name="graphmem-token" content="([^"]+)">')
 class UIServer:
     """The real `memory_server.py --ui 0 --no-open` on a temporary graph (or `path`), logged in with its link."""
 
-    def __init__(self, graph_lines=SEED, extra_args=(), path=None):
+    def __init__(self, graph_lines=SEED, extra_args=(), path=None, env=None):
         self.dir = tempfile.mkdtemp(prefix="graphmem-ui-api-")
         self.path = path or os.path.join(self.dir, "memory.jsonl")
         if path is None:
             with open(self.path, "w", encoding="utf-8") as fh:
                 for obj in graph_lines:
                     fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
-        self.env = dict(os.environ, MEMORY_FILE_PATH=self.path)
+        self.env = dict(os.environ, MEMORY_FILE_PATH=self.path, **(env or {}))
         self.stderr = open(os.path.join(self.dir, "server.stderr"), "w+")
         self.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open", *extra_args],
                                      cwd=str(ROOT), env=self.env, stdin=subprocess.DEVNULL,
@@ -701,3 +701,125 @@ def test_probes_are_listed_added_and_removed_from_the_ui(srv):
     assert srv.get_json("/api/overview")["probes"]["total"] == 0
     res = srv.op(op="remove_probe", id=probe["id"])
     assert res["ok"] is False and "no probe" in res["message"], res
+
+
+# ---------------------------------------------------------------- results are data (issue 10 item 7)
+SECRET_FACT = "deploy key AKIA" + "IOSFODNN7EXAMPLE"
+
+
+def reasons(res, kind):
+    return [item["reason"] for item in res["result"][kind]]
+
+
+def test_names_that_read_like_refusals_are_reported_from_data(fresh):
+    """The UI once matched the server's sentences ("Not found", "refused", "skipped"): these are saved and
+    reported as done, with what was done in the result's lists."""
+    srv = fresh.login()
+    res = srv.op(op="create_entity", name="Not found page", entityType="page")
+    assert (res["ok"], res["status"]) == (True, "done"), res
+    assert res["result"]["added"] == [{"what": "entity", "entity": "Not found page", "item": "Not found page"}]
+    assert srv.op(op="create_entity", name="skipped-jobs", entityType="queue")["status"] == "done"
+    res = srv.op(op="rename", name="skipped-jobs", newName="refused-orders")
+    assert (res["ok"], res["status"]) == (True, "done"), res
+    assert res["result"]["changed"] == [{"what": "name", "entity": "refused-orders", "item": "refused-orders",
+                                         "reason": "renamed", "detail": "facts, relations and archive kept",
+                                         "old": "skipped-jobs"}]
+    res = srv.op(op="add_fact", name="refused-orders", text="Not found: refused, skipped, Nothing, Deleted 0")
+    assert (res["ok"], res["status"]) == (True, "done"), res
+    ents, _ = srv.graph_file()
+    assert "Not found page" in ents and "refused-orders" in ents and "skipped-jobs" not in ents
+
+
+def test_a_real_refusal_is_reported_refused_with_its_reason(srv):
+    res = srv.op(op="add_fact", name="Alpha", text=SECRET_FACT)
+    assert (res["ok"], res["status"]) == (False, "refused"), res
+    assert res["result"]["error"]["reason"] == "all_refused"
+    [refused] = res["result"]["refused"]
+    assert refused["reason"] == "secret" and "looks like a credential" in refused["message"]
+    assert "AKIA" not in json.dumps(res)  # never echoed, not even in the data
+    res = srv.op(op="create_entity", name="n" * 201, entityType="t")
+    assert (res["ok"], res["status"]) == (False, "refused"), res
+    assert reasons(res, "refused") == ["too_long"] and "200-char limit" in res["result"]["refused"][0]["message"]
+    res = srv.op(op="rename", name="Alpha", newName="n" * 201)
+    assert (res["ok"], res["status"], res["result"]["error"]["reason"]) == (False, "refused", "too_long"), res
+    res = srv.op(op="add_fact", name="Alpah", text="anything")
+    assert res["result"]["error"]["reason"] == "unknown_entity" and "Alpha" in res["message"], res
+    ents, _ = srv.graph_file()
+    assert "n" * 201 not in ents and "Alpha" in ents and SECRET_FACT not in ents["Alpha"]["observations"]
+
+
+def test_partial_success_is_reported_partial(fresh):
+    srv = fresh.login()
+    res = srv.op(op="add_facts", name="Beta", texts=["reviews every release", SECRET_FACT])
+    assert (res["ok"], res["status"]) == (True, "partial"), res
+    assert [a["item"] for a in res["result"]["added"]] == ["reviews every release"]
+    assert reasons(res, "refused") == ["secret"]
+    assert res["message"].startswith("Beta: +1, now 2; refused a fact: looks like a credential"), res["message"]
+    res = srv.op(op="add_facts", name="Beta", texts=["reviews every release", "x" * 400])
+    assert (res["ok"], res["status"]) == (False, "refused"), res  # nothing new: one duplicate, one refused
+    assert reasons(res, "skipped") == ["duplicate"] and reasons(res, "refused") == ["too_long"]
+    assert srv.graph_file()[0]["Beta"]["observations"] == ["maintains Alpha", "reviews every release"]
+    res = srv.op(op="add_facts", name="Beta", texts=[])
+    assert res["status"] == "refused" and "list of strings" in res["message"], res
+
+
+def test_every_reason_code_reaches_the_json():
+    """Each kind of outcome and reason code a write can give, as the UI receives it."""
+    s = UIServer(graph_lines=[], env={"MEMORY_OBS_MAX": "3"}).login()
+    seen: dict[str, set] = {}
+
+    def op(**body):
+        res = s.op(**body)
+        for kind, items in res["result"].items():
+            if isinstance(items, list):
+                seen.setdefault(kind, set()).update(i.get("reason", "") for i in items)
+        if "error" in res["result"]:
+            seen.setdefault("error", set()).add(res["result"]["error"]["reason"])
+        return res
+
+    try:
+        op(op="create_entity", name="Api", entityType="service")
+        op(op="create_entity", name="Api", entityType="service")                              # skipped: exists
+        op(op="create_entity", name="   ", entityType="service")                              # refused: empty
+        op(op="create_entity", name="Web", entityType="service")
+        op(op="add_facts", name="Api", texts=["Status: open", "runs on port 8080", "runs on port 8080 ",
+                                               "", SECRET_FACT, "y" * 400])                   # duplicate, empty..
+        op(op="add_fact", name="Api", text=SECRET_FACT)                                       # all_refused
+        op(op="rename", name="Api", newName="x" * 201)                                        # too_long
+        op(op="add_facts", name="Api", texts=["Owner: Lucas Perez"])
+        op(op="add_facts", name="Api", texts=["Owned by Lucas Perez"])                        # near_duplicate
+        op(op="add_facts", name="Api", texts=["2026-02-11: fixed and merged, closing"])       # superseded
+        redis = "uses Redis for caching of the session store and of the rendered {} pages"
+        op(op="add_facts", name="Api", texts=["2026-01-01: deployed 1.0", "2026-01-02: deployed 1.1",
+                                               redis.format("product")])                      # over_cap
+        op(op="add_facts", name="Api", texts=[redis.format("cart")])                          # possible_conflict
+        op(op="add_fact", name="Web", text="a third fact")
+        op(op="add_relation", **{"from": "Api", "to": "Web", "relationType": "calls"})
+        op(op="add_relation", **{"from": "Api", "to": "Web", "relationType": "calls"})       # skipped: exists
+        op(op="add_relation", **{"from": "Api", "to": "Wbe", "relationType": "calls"})       # unknown_entity
+        op(op="delete_relation", **{"from": "Api", "to": "Nope", "relationType": "calls"})   # skipped: not_found
+        op(op="delete_fact", name="Web", text="not there")                                   # not_matched
+        op(op="delete_fact", name="Gone", text="x")                                          # not_found
+        op(op="edit_fact", name="Web", old="a third fact", new="a third fact, edited")         # edited
+        op(op="edit_fact", name="Web", old="a third fact, edited", new="a third fact, edited")  # unchanged
+        op(op="pin", name="Web", text="a third fact, edited", pinned=True)                   # changed: pin
+        op(op="archive_fact", name="Web", text="a third fact, edited")                       # by_hand
+        op(op="restore", name="Web", text="a third fact, edited")                            # restored
+        op(op="rename", name="Web", newName="Api")                                           # error: exists
+        op(op="archive_fact", name="Web", text="a third fact, edited")
+        op(op="delete_entity", name="Web")                                                   # archive_kept, end_deleted
+        op(op="rename", name="Web", newName="Site")                                          # unknown_entity
+        op(op="rename", name="Api", newName="Service")                                       # renamed
+        op(op="nonsense")                                                                    # invalid_arguments
+    finally:
+        s.stop()
+    expected = {
+        "added": {"", "restored"}, "skipped": {"exists", "duplicate", "near_duplicate", "not_found", "not_matched",
+                                               "unchanged"},
+        "refused": {"empty", "secret", "too_long", "unknown_entity"}, "replaced": {"superseded", "edited"},
+        "archived": {"over_cap", "by_hand"}, "conflicts": {"possible_conflict"}, "changed": {"renamed", "pin"},
+        "removed": {"", "end_deleted"}, "notes": {"over_cap_kept", "archive_kept"},
+        "error": {"exists", "unknown_entity", "invalid_arguments", "all_refused", "too_long"},
+    }
+    for kind, codes in expected.items():
+        assert codes <= seen.get(kind, set()), (kind, codes - seen.get(kind, set()), seen)

@@ -350,3 +350,29 @@ def test_a_page_on_another_local_port_cannot_change_the_graph(page, server, othe
     page.navigate(server["url"])
     page.wait_for("document.querySelectorAll('[data-entity]').length >= 3", timeout=10)
     assert page.evaluate("location.pathname + location.search") == "/"
+
+
+def test_op_results_are_shown_from_their_data(page, server):
+    """The status line says what an op did from the server's data (issue 10 item 7): a name that reads like
+    a refusal is shown as done, one of two facts refused as partly saved with its reason, a refusal as such."""
+    def run(body):
+        status = page.evaluate("window.graphmemOp(%s).then((r) => r.status)" % js(body))
+        return status, page.evaluate("document.getElementById('status').dataset.kind"), \
+            page.evaluate("document.getElementById('status').textContent")
+
+    status, kind, text = run({"op": "create_entity", "name": "Not found page", "entityType": "page"})
+    assert (status, kind, text) == ("done", "ok", "Created 1: Not found page")
+    run({"op": "create_entity", "name": "skipped-jobs", "entityType": "queue"})
+    status, kind, text = run({"op": "rename", "name": "skipped-jobs", "newName": "refused-orders"})
+    assert (status, kind) == ("done", "ok") and text.startswith("Renamed"), text
+    status, kind, text = run({"op": "add_facts", "name": "Not found page",
+                              "texts": ["served for unknown paths", "deploy key AKIA" + "IOSFODNN7EXAMPLE"]})
+    assert (status, kind) == ("partial", "warn"), (status, kind, text)
+    assert text.startswith("Partly saved:") and "looks like a credential" in text and "AKIA" not in text, text
+    status, kind, text = run({"op": "add_fact", "name": "Not found page", "text": "w" * 301})
+    assert (status, kind) == ("refused", "err") and text.startswith("Refused: ") and "300-char limit" in text, text
+    status, kind, text = run({"op": "add_fact", "name": "Not found page", "text": "served for unknown paths"})
+    assert (status, kind) == ("unchanged", "err") and text.startswith("Nothing changed:") and "duplicate" in text
+    ents = file_entities(server["path"])
+    assert ents["Not found page"]["observations"] == ["served for unknown paths"] and "refused-orders" in ents
+

@@ -64,6 +64,9 @@ def default_memory_path(env: dict[str, str]) -> Path:
 
 
 TEAM_DIR = ".graphmem"  # a project's shared memory, committed with its code (see section 13)
+PROJECTS_DIR = "projects"  # <data dir>/projects/<slug>/: a project's private memory and its project.json
+PROJECT_PATHS_KEPT = 5     # work-tree paths a project.json remembers, newest first (a guess: clones per user)
+PROJECT_SLUG_CHARS = 48    # readable part of a private project's folder name, before its hash
 
 
 def work_tree_of(start: Path) -> Path | None:
@@ -79,6 +82,184 @@ def team_memory_path(start: Path) -> Path | None:
     """`.graphmem/memory.jsonl` of the git work tree holding `start`, when the project has a .graphmem/ folder."""
     root = work_tree_of(start)
     return root / TEAM_DIR / "memory.jsonl" if root is not None and (root / TEAM_DIR).is_dir() else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """A git work tree: where its team memory would be, and the identity its private memory is filed under.
+    identity: the normalised origin URL ("github.com/org/repo"), else "commit <root commit>", else "path <root>"."""
+    root: Path
+    identity: str
+    kind: str                # "origin" | "root-commit" | "path"
+    origin: str | None       # the origin remote URL as configured, credentials removed
+    private_path: Path       # <data dir>/projects/<slug>/memory.jsonl
+    has_team: bool           # the work tree has a .graphmem/ folder: the team tier
+
+    @property
+    def team_path(self) -> Path:
+        return self.root / TEAM_DIR / "memory.jsonl"
+
+    @property
+    def tier(self) -> str:
+        """The project tier: "team" (.graphmem/ committed with the code) or "private" (the per-user data dir)."""
+        return "team" if self.has_team else "private"
+
+
+def projects_dir(env: dict[str, str]) -> Path:
+    """Where private project memories live: beside the global memory.jsonl, in projects/."""
+    return default_memory_path(env).parent / PROJECTS_DIR
+
+
+def resolve_project(start: Path, env: dict[str, str]) -> Project | None:
+    """The project holding `start` (None outside any git work tree). Reads git config and refs with the git
+    command when it runs (it knows includes, linked work trees and worktree config), else parses .git/config
+    itself; the root commit needs git (the object store is not parsed), so without git a project without an
+    origin is found by the work-tree path its project.json recorded. Never writes anything."""
+    root = work_tree_of(start)
+    if root is None:
+        return None
+    origin = git(root, "config", "--get", "remote.origin.url") or origin_from_git_files(root)
+    commit = None if origin else root_commit(root)
+    if origin:
+        identity, kind = normalise_remote(origin, root), "origin"
+    elif commit:
+        identity, kind = f"commit {commit}", "root-commit"
+    else:
+        identity, kind = f"path {root}", "path"
+    folders = projects_dir(env)
+    folder = folders / project_slug(identity, kind)
+    if not (folder / "project.json").is_file():
+        folder = known_project_folder(folders, identity, kind, root) or folder
+    return Project(root, identity, kind, without_credentials(origin) if origin else None, folder / "memory.jsonl",
+                   (root / TEAM_DIR).is_dir())
+
+
+def normalise_remote(url: str, root: Path) -> str:
+    """One spelling per repository: https://Host/org/repo.git, git@host:org/repo and ssh://git@host:22/org/repo/
+    are all "host/org/repo" (host lower-cased; user, port, scheme, trailing .git and slashes dropped). A local
+    path (or file:// URL) is "file <absolute path>"."""
+    url = url.strip()
+    found = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/]*@)?([^/:@]+)(?::\d*)?(/.*)?$", url)
+    if found is None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", url):
+        found = re.match(r"^(?:[^@/:]+@)?([^/:@]{2,}):(?!//)(.*)$", url)  # scp-like; a Windows drive C: is one letter
+    if found is None:
+        local = url[len("file://"):] if url.lower().startswith("file://") else url
+        path = Path(local) if Path(local).is_absolute() else root / local
+        return "file " + re.sub(r"(\.git)?/*$", "", os.path.normpath(str(path)).replace("\\", "/"))
+    host, path = found.group(1).lower(), (found.group(2) or "").strip("/")
+    return f"{host}/{re.sub(r'(/|[.]git)+$', '', path)}".rstrip("/")
+
+
+def without_credentials(url: str) -> str:
+    """A remote URL without the user part of an http(s) URL, nor a user:password@ of any other (a token in a
+    URL must not be copied into project.json)."""
+    url = re.sub(r"^(https?://)[^@/]*@", r"\1", url.strip(), flags=re.I)
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^@/]*:[^@/]*@", r"\1", url)
+
+
+def project_slug(identity: str, kind: str) -> str:
+    """The folder name of a private project memory: readable, then a short hash of the identity."""
+    readable = identity.split(" ", 1)[1] if kind != "origin" else identity
+    readable = f"commit-{readable[:12]}" if kind == "root-commit" else (
+        f"path-{Path(readable).name}" if kind == "path" else readable)
+    readable = re.sub(r"[^A-Za-z0-9._]+", "-", readable).strip("-.")[:PROJECT_SLUG_CHARS] or "project"
+    return f"{readable}-{hashlib.sha256(identity.encode('utf-8')).hexdigest()[:8]}"
+
+
+def git_dir_of(root: Path) -> Path | None:
+    """The git folder of a work tree: .git itself, or where a linked work tree's (or submodule's) .git file points."""
+    dot = root / ".git"
+    if dot.is_dir():
+        return dot
+    try:
+        found = re.match(r"gitdir:\s*(.+)", dot.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+    if found is None:
+        return None
+    folder = Path(found.group(1).strip())
+    return folder if folder.is_absolute() else (root / folder).resolve()
+
+
+def origin_from_git_files(root: Path) -> str | None:
+    """remote.origin.url read from the repository's config file (for when git cannot run); no includes."""
+    folder = git_dir_of(root)
+    if folder is None:
+        return None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        common = folder / "commondir"  # a linked work tree: the config is the main repository's
+        if common.is_file():
+            folder = (folder / common.read_text(encoding="utf-8").strip()).resolve()
+        section = ""
+        for line in (folder / "config").read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = re.sub(r"\s+", " ", line.split("]")[0][1:].strip())
+            elif section == 'remote "origin"' and re.match(r"url\s*=", line, re.I):
+                return line.split("=", 1)[1].strip().strip('"') or None
+    return None
+
+
+def root_commit(root: Path) -> str | None:
+    """The oldest root commit of HEAD (git rev-list --max-parents=0), or None (no commits, or no git)."""
+    out = git(root, "rev-list", "--max-parents=0", "--reverse", "HEAD")
+    return out.split()[0] if out else None
+
+
+def read_project_json(folder: Path) -> dict[str, Any]:
+    """A private project's project.json, or {} when missing or unreadable."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((folder / "project.json").read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def known_project_folder(folders: Path, identity: str, kind: str, root: Path) -> Path | None:
+    """A private project folder recorded under this identity (in its project.json), or one this project grew out
+    of: filed by root commit before an origin was added, or by path before the first commit (or without git)."""
+    if not folders.is_dir():
+        return None
+    known = [(folder, read_project_json(folder)) for folder in sorted(folders.iterdir()) if folder.is_dir()]
+    for folder, data in known:
+        if identity in data.get("identities", [data.get("identity")]):
+            return folder
+    commit = root_commit(root) if kind == "origin" else None
+    for folder, data in known:
+        if data.get("kind") == "root-commit" and commit and data.get("identity") == f"commit {commit}":
+            return folder
+        if (data.get("kind") == "path" or kind == "path") and str(root) in data.get("paths", []):
+            return folder
+    return None
+
+
+def record_project(project: Project) -> None:
+    """Write the private project's project.json (identity, origin, last seen work-tree paths) for --projects;
+    best-effort (a failure is logged, never an error of the call that triggered it)."""
+    folder = project.private_path.parent
+    data = read_project_json(folder)
+    paths = [str(project.root)] + [p for p in data.get("paths", []) if p != str(project.root)]
+    identities = list(dict.fromkeys([*data.get("identities", []), data.get("identity") or project.identity,
+                                     project.identity]))
+    updated = {"identity": data.get("identity") or project.identity, "kind": data.get("kind") or project.kind,
+               "identities": identities, "origin": project.origin or data.get("origin"),
+               "paths": paths[:PROJECT_PATHS_KEPT], "lastSeen": utc_stamp(fmt="%Y-%m-%dT%H:%M:%SZ")}
+    if {k: v for k, v in data.items() if k != "lastSeen"} == {k: v for k, v in updated.items() if k != "lastSeen"}:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / "project.json", (json.dumps({**data, **updated}, indent=2) + "\n").encode("utf-8"))
+    except OSError as err:
+        log(f"could not record {folder / 'project.json'} ({err.strerror or err}); the memory itself is unaffected")
+
+
+def git(root: Path, *args: str) -> str | None:
+    """stdout of a git command in `root`, or None when git is missing or the command fails."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _number_setting(env: dict[str, str], name: str, default: Any, low: Any, high: Any) -> Any:
@@ -108,7 +289,9 @@ class Settings:
     price_per_mtok: float = 3.0
     price_model: str = "claude-sonnet-4-6"
     project_root: Path | None = None
-    personal_path: Path | None = None  # the personal (global) graph read alongside a project's team graph
+    global_path: Path | None = None  # the global graph read alongside a project's graph (None: no other tier)
+    tier: str = "file"               # what file_path is: "team", "private", "global", or "file" (MEMORY_FILE_PATH)
+    project: Project | None = None   # the git work tree the project tier belongs to
     lock_timeout: float = 10.0
     test_only_now: float | None = None  # MEMORY_TEST_ONLY_NOW: a frozen clock for tests of decay (never in use)
 
@@ -121,15 +304,22 @@ class Settings:
         env = dict(os.environ if env is None else env)
         raw_path = env.get("MEMORY_FILE_PATH", "").strip()
         root = env.get("MEMORY_PROJECT_ROOT", "").strip()
-        team = None if raw_path else team_memory_path(Path(root).expanduser() if root else Path.cwd())
-        path = Path(raw_path).expanduser() if raw_path else (team or default_memory_path(env))
+        project = None if raw_path else resolve_project(Path(root).expanduser() if root else Path.cwd(), env)
+        if raw_path:  # drop-in mode: exactly this one file, no other tier
+            path, tier = Path(raw_path).expanduser(), "file"
+        elif project is not None:
+            path, tier = (project.team_path if project.has_team else project.private_path), project.tier
+        else:
+            path, tier = default_memory_path(env), "global"
         if not path.is_absolute():
             path = Path.cwd() / path
         if path.exists() and path.is_dir():
             raise ConfigError(f"MEMORY_FILE_PATH={path} is a folder; give a file path such as {path / 'memory.jsonl'}")
         return cls(
             file_path=path,
-            personal_path=default_memory_path(env) if team else None,
+            global_path=default_memory_path(env) if project is not None else None,
+            tier=tier,
+            project=project,
             obs_max_chars=_number_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
             obs_max=_number_setting(env, "MEMORY_OBS_MAX", 15, 1, 100_000),
             search_limit=_number_setting(env, "MEMORY_SEARCH_LIMIT", 10, 1, 1000),
@@ -3803,7 +3993,7 @@ class Tool:
 
 _SCOPE = {"type": "string", "enum": ["project", "global"],
           "description": "project (default): this repository's memory; global: your personal memory, seen in every "
-                         "project (preferences, your own conventions). Only differs inside a project with .graphmem/"}
+                         "project (preferences, your own conventions). Only differs inside a git project"}
 
 TOOLS: list[Tool] = [
     Tool("create_entities", "Create Entities",
@@ -3949,7 +4139,17 @@ DIRECT_COMPARE_MAX = 16  # facts compared pair by pair for recall's conflict fla
                          # 120 pairs cost about what building the index for 16 facts does)
 
 
-PERSONAL_HEADER = "== personal memory (every project; write here with scope: \"global\") =="
+GLOBAL_HEADER = "== global memory (yours, every project; write here with scope: \"global\") =="
+TIER_NAMES = {"team": "Team memory", "private": "Private memory", "global": "Global memory", "file": "Memory"}
+
+
+def tier_title(settings: Settings) -> str:
+    """What the project tier is, for read_graph's first line and --projects: kind, project, file."""
+    project = settings.project
+    if project is None or settings.tier == "global":
+        return f"{TIER_NAMES[settings.tier]} ({settings.file_path}{'' if project else '; not in a git project'})"
+    where = f"{TEAM_DIR}/memory.jsonl" if project.has_team else f"private to you, {project.identity}"
+    return f"{TIER_NAMES[settings.tier]} of {project.root.name} ({where})"
 
 
 def tier_entity_names(tool: str, args: dict[str, Any]) -> list[str]:
@@ -3974,7 +4174,8 @@ class Memory:
 
     def __init__(self, settings: Settings, client: str | None = None):
         self.settings = settings
-        self._personal: Memory | None = None  # the personal graph beside a team graph, made when first needed
+        self._global: Memory | None = None  # the global graph beside a project's graph, made when first needed
+        self._project_recorded = False  # project.json of a private project, written once per process
         self.store = GraphStore(settings)
         self.meta = MetaStore(self.store.meta_path, settings.now)
         self.index = SearchIndex()
@@ -4032,11 +4233,14 @@ class Memory:
             return f"Invalid arguments for {name}: {problem}.", True
         arguments = dict(arguments)
         scope = arguments.pop("scope", None)
-        if self.settings.personal_path is not None:
+        if self.settings.global_path is not None:
             routed = self._across_tiers(name, arguments, scope)
             if routed is not None:
                 return routed
-        return self._run_tool(tool, arguments)
+        try:
+            return self._run_tool(tool, arguments)
+        finally:
+            self._record_project()
 
     def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[str, bool]:
         with self.lock:
@@ -4053,66 +4257,75 @@ class Memory:
             finally:
                 settle_heap()
 
-    # ── tiers: a project's team graph, with the personal graph read alongside ──
+    # ── tiers: a project's graph (team or private), with the global graph read alongside ──
     def _across_tiers(self, name: str, args: dict[str, Any], scope: str | None) -> tuple[str, bool] | None:
-        """A call in a project with a team graph: writes go to the project unless scope is "global"; reads
-        span both graphs (the personal one marked); deletes and edits act where the entity lives. None: run
-        it on the project graph as usual."""
+        """A call in a project: writes go to the project unless scope is "global"; reads span both graphs (the
+        global one marked); deletes and edits act where the entity lives. None: run it on the project graph."""
         if name in ("create_entities", "add_observations", "create_relations"):
-            return self.personal(create=True).call_tool(name, args) if scope == "global" else None
-        personal = self.personal(create=False)
-        if personal is None:  # no personal memory yet: nothing to read alongside or to act on
+            return self.global_memory(create=True).call_tool(name, args) if scope == "global" else None
+        other = self.global_memory(create=False)
+        if other is None:  # no global memory yet: nothing to read alongside or to act on
             return None
         if name in ("search_nodes", "recall", "read_graph"):
-            return self._with_personal(name, args)
+            return self._with_global(name, args)
         if name == "open_nodes":
             mine = self.graph().by_name()
-            theirs = personal.graph().by_name()
+            theirs = other.graph().by_name()
             elsewhere = [n for n in args["names"] if n not in mine and n in theirs]
             if not elsewhere:
                 return None
             here = [n for n in args["names"] if n not in elsewhere]
-            text, _ = personal.call_tool(name, {"names": elsewhere})
+            text, _ = other.call_tool(name, {"names": elsewhere})
             if here:
                 local, error = self.call_tool(name, {"names": here})
-                return f"{local}\n{PERSONAL_HEADER}\n{text}", error
-            return f"{PERSONAL_HEADER}\n{text}", False
+                return f"{local}\n{GLOBAL_HEADER}\n{text}", error
+            return f"{GLOBAL_HEADER}\n{text}", False
         named = tier_entity_names(name, args)
-        if named and all(personal.graph().get(n) and not self.graph().get(n) for n in named):
-            return personal.call_tool(name, args)
+        if named and all(other.graph().get(n) and not self.graph().get(n) for n in named):
+            return other.call_tool(name, args)
         return None
 
-    def personal(self, create: bool) -> "Memory | None":
-        """The personal graph read alongside this project's team graph; None without one (create: make it)."""
-        path = self.settings.personal_path
-        if path is None or (self._personal is None and not create and not path.exists()):
+    def global_memory(self, create: bool) -> "Memory | None":
+        """The global graph read alongside this project's graph; None without one (create: make it)."""
+        path = self.settings.global_path
+        if path is None or (self._global is None and not create and not path.exists()):
             return None
-        if self._personal is None:
-            self._personal = Memory(dataclasses.replace(self.settings, file_path=path, personal_path=None), self.client)
-        return self._personal
+        if self._global is None:
+            self._global = Memory(dataclasses.replace(self.settings, file_path=path, global_path=None, tier="global"),
+                                  self.client)
+        return self._global
 
-    def _with_personal(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
-        """The project's answer, then the personal graph's under PERSONAL_HEADER when it has something; recall
-        stays within its budget (the personal part gets what the project's answer left)."""
+    def _with_global(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        """The project's answer, then the global graph's under GLOBAL_HEADER when it has something; recall
+        stays within its budget (the global part gets what the project's answer left)."""
         text, error = self._run_tool(TOOLS_BY_NAME[name], args)
-        personal = self.personal(create=False)
-        if error or personal is None or not personal.graph().entities:
+        other = self.global_memory(create=False)
+        if error or other is None or not other.graph().entities:
             return text, error
         extra = dict(args)
         budget = int(args.get("budget") or self.settings.recall_budget)
         if name == "recall":
-            left = budget - estimate_tokens(f"{text}\n{PERSONAL_HEADER}\n")
-            ranked = personal.index.rank_facts(args["query"], personal.strength, None).facts
+            left = budget - estimate_tokens(f"{text}\n{GLOBAL_HEADER}\n")
+            ranked = other.index.rank_facts(args["query"], other.strength, None).facts
             if left < 50 or not ranked:
                 return text, error
             extra["budget"] = left
-        elif name == "search_nodes" and not personal.index.match_entities(args["query"]):
+        elif name == "search_nodes" and not other.index.match_entities(args["query"]):
             return text, error
-        more, more_error = personal.call_tool(name, extra)
-        combined = f"{text}\n{PERSONAL_HEADER}\n{more}"
+        more, more_error = other.call_tool(name, extra)
+        combined = f"{text}\n{GLOBAL_HEADER}\n{more}"
         if more_error or (name == "recall" and estimate_tokens(combined) > budget):
             return text, error
         return combined, error
+
+    def _record_project(self) -> None:
+        """Once per process, when a private project's memory exists: its project.json (for --projects)."""
+        project = self.settings.project
+        if self._project_recorded or self.settings.tier != "private" or project is None:
+            return
+        if self.settings.file_path.exists():
+            self._project_recorded = True
+            record_project(project)
 
     def _mutate(self, summary: str, change: Callable[[Transaction], str]) -> str:
         """One code path for a change: lock, fresh read, change, archive, atomic write, history.
@@ -4390,8 +4603,10 @@ class Memory:
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
         touching = self._touching(graph)
-        where = (f"Team memory of {self.store.path.parent.parent.name} ({TEAM_DIR}/memory.jsonl; your personal "
-                 "memory follows): ") if self.settings.personal_path else ""
+        other = self.global_memory(create=False)
+        follows = "; your global memory follows" if other and other.graph().entities else ""
+        nested = self.settings.tier == "global" and self.settings.project is not None  # under GLOBAL_HEADER
+        where = "" if self.settings.tier == "file" or nested else f"{tier_title(self.settings)}{follows}: "
         lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
                  "Names by type (fact count), most connected first; open_nodes or recall for facts."]
         if entityType is not None:
@@ -6020,15 +6235,6 @@ backups/
 """
 TEAM_ATTRIBUTES = (f"{TEAM_DIR}/memory.jsonl merge=graphmem",  # fact-level three-way merge (--merge)
                    f"{TEAM_DIR}/archive/*.md merge=union")     # archived facts: keep both sides' lines
-
-
-def git(root: Path, *args: str) -> str | None:
-    """stdout of a git command in `root`, or None when git is missing or the command fails."""
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def init_team(root_hint: Path, command: list[str]) -> list[str]:

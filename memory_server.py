@@ -6376,6 +6376,128 @@ def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: s
     return notes
 
 
+# ── tiers on the command line: --projects, --init --move-private ──
+def graph_file_facts(path: Path) -> tuple[int, int] | None:
+    """(entities, facts) of a graph file, or None when there is none."""
+    data = _file_bytes(path)
+    if data is None:
+        return None
+    graph = parse_graph_bytes(data)
+    return len(graph.entities), graph.fact_count()
+
+
+def describe_tier_file(path: Path) -> str:
+    counts = graph_file_facts(path)
+    if counts is None:
+        return f"{path} (no file yet)"
+    when = utc_stamp(path.stat().st_mtime)
+    return f"{path}: {counts[1]} facts in {counts[0]} entities, last write {when}"
+
+
+def projects_report(settings: Settings, env: dict[str, str]) -> str:
+    """`graphmem --projects`: the tiers of the current directory (which one writes go to) and every private
+    project memory in the data dir. Read-only."""
+    project = settings.project
+    if settings.tier == "file":
+        lines = [f"MEMORY_FILE_PATH is set: one file, no tiers.", f"  * file    {describe_tier_file(settings.file_path)}"]
+    elif project is None:
+        lines = ["Here: not inside a git work tree; the global memory is the only tier.",
+                 f"  * global  {describe_tier_file(settings.file_path)}"]
+    else:
+        lines = [f"Here: {project.root} (git work tree; identity {project.identity})",
+                 "  * marks the tier writes go to; reads span it and global (scope: \"global\" writes to global)"]
+        team = describe_tier_file(project.team_path) if project.has_team else "none (graphmem --init creates .graphmem/)"
+        private = describe_tier_file(project.private_path)
+        if project.has_team and project.private_path.exists():
+            private += " - NOT READ while .graphmem/ exists: graphmem --init --move-private moves it to the team"
+        lines += [f"  {'*' if project.has_team else ' '} team    {team}",
+                  f"  {' ' if project.has_team else '*'} private {private}",
+                  f"    global  {describe_tier_file(settings.global_path)}"]
+    folders = projects_dir(env)
+    known = sorted(f for f in folders.iterdir() if f.is_dir()) if folders.is_dir() else []
+    lines.append(f"Private project memories in {folders}: {len(known)}")
+    for folder in known:
+        data = read_project_json(folder)
+        graph = folder / "memory.jsonl"
+        counts = graph_file_facts(graph)
+        moved = sorted(folder.glob("memory.jsonl.moved-*"))
+        state = (f"{counts[1]} facts, last write {utc_stamp(graph.stat().st_mtime)}" if counts is not None else
+                 f"moved to a team tier ({moved[-1].name} kept)" if moved else "no facts yet")
+        paths = data.get("paths") or ["?"]
+        here = " (here)" if project is not None and folder == project.private_path.parent else ""
+        lines.append(f"  {data.get('identity', folder.name)}{here}: {state}; last path {paths[0]}"
+                     + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""))
+    return "\n".join(lines)
+
+
+def move_private(settings: Settings) -> list[str]:
+    """`graphmem --init --move-private`: every fact, entity and relation of the project's private memory goes
+    into the team file (a union, through the usual write path: nothing there is replaced or dropped). The
+    private file is then renamed to memory.jsonl.moved-<time> beside it, a backup. Secret-shaped facts are not
+    moved (the team file is committed); they stay in that backup. Idempotent: a second run finds nothing to move."""
+    project = settings.project
+    if project is None:
+        raise ConfigError("--move-private needs a git work tree")
+    private = project.private_path
+    before = _file_bytes(private)
+    graph = parse_graph_bytes(before or b"")
+    if not graph.entities and not graph.relations:
+        moved = sorted(private.parent.glob("memory.jsonl.moved-*"))
+        return [f"no private memory to move ({private})" + (f"; moved earlier: {moved[-1]}" if moved else "")]
+    team = Memory(dataclasses.replace(settings, file_path=project.team_path, tier="team", global_path=None), "init")
+    counts = {"entities": 0, "facts": 0, "relations": 0, "withheld": 0}
+    notes: list[str] = []
+
+    def change(tx: Transaction) -> str:
+        for entity in graph.entities:
+            if looks_like_secret(entity.name) or looks_like_secret(entity.entityType):
+                counts["withheld"] += len(entity.observations) + 1
+                continue
+            facts = [o for o in entity.observations if not looks_like_secret(o)]
+            counts["withheld"] += len(entity.observations) - len(facts)
+            target = tx.graph.get(entity.name)
+            if target is None:
+                tx.touch(entity.name)
+                tx.graph.entities.append(Entity(entity.name, entity.entityType, facts, dict(entity.extra)))
+                tx.graph.invalidate()
+                counts["entities"] += 1
+                counts["facts"] += len(facts)
+                continue
+            new = [o for o in dict.fromkeys(facts) if o not in target.observations]
+            if target.entityType != entity.entityType:
+                notes.append(f"{entity.name}: kept the team's type {target.entityType!r} (private: {entity.entityType!r})")
+            if new:
+                tx.touch(entity.name)
+                target.observations.extend(new)
+                counts["facts"] += len(new)
+        existing = {r.key for r in tx.graph.relations}
+        for relation in graph.relations:
+            if relation.key not in existing and tx.graph.get(relation.frm) and tx.graph.get(relation.to) \
+                    and not looks_like_secret(relation.relationType):
+                tx.touch_relations()
+                tx.graph.relations.append(Relation(*relation.key))
+                existing.add(relation.key)
+                counts["relations"] += 1
+        return "moved"
+    team._call(lambda: team._mutate("move the private memory into the team tier", change), use=False)
+    done = [f"moved into {TEAM_DIR}/memory.jsonl: {counts['entities']} new entities, {counts['facts']} facts, "
+            f"{counts['relations']} relations (what the team file had already was kept as it was)"]
+    done += notes
+    if _file_bytes(private) != before:
+        return done + [f"{private} changed while moving (a server still writes there); run --init --move-private "
+                       "again to move the rest (nothing moves twice)"]
+    backup = private.with_name(f"memory.jsonl.moved-{utc_stamp(fmt='%Y%m%dT%H%M%SZ')}")
+    os.replace(private, backup)
+    done.append(f"the private file is kept as a backup: {backup}")
+    if counts["withheld"]:
+        done.append(f"{counts['withheld']} secret-shaped item(s) were not moved (the team file is committed); "
+                    "they are only in that backup")
+    archive = side_file_names(private)[1]
+    if archive.is_dir() and any(archive.glob("*.md")):
+        done.append(f"archived private facts stay in {archive} (not moved; restore any into the team by hand)")
+    return done
+
+
 # ════════════════════════════════════════════════════════════════════════════
 # 13b. Sessions: the start-of-session briefing (--context), Markdown out and in (--export, --import)
 # ════════════════════════════════════════════════════════════════════════════
@@ -7197,6 +7319,26 @@ def markdown_command(settings: Settings, export: list[str] | None, source: Path 
     return 0
 
 
+def init_command(move: bool) -> int:
+    """--init [--move-private]: set up the team tier; move the private memory into it, or say how."""
+    root = Path(os.environ.get("MEMORY_PROJECT_ROOT", "").strip() or Path.cwd()).expanduser()
+    for line in init_team(root, server_command()):
+        print(line)
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_FILE_PATH"}  # the project's tiers, whatever is set
+    settings = Settings.from_env({**env, "MEMORY_PROJECT_ROOT": str(root)})
+    if move:
+        for line in move_private(settings):
+            print(line)
+    elif settings.project is not None:
+        counts = graph_file_facts(settings.project.private_path)
+        if counts and counts[1]:
+            print(f"This project has a private memory ({counts[1]} facts, {settings.project.private_path}), not read "
+                  "while .graphmem/ exists: graphmem --init --move-private moves it into the team tier.")
+    print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
+          "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="graphmem", description="Lean, self-curating MCP memory server (stdio). "
                                 "With no options it serves MCP on stdin/stdout for an agent: set one up with "
@@ -7235,6 +7377,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true", help="with --lint: heal git conflict markers, keeping both sides")
     p.add_argument("--init", action="store_true",
                    help="share this repository's memory with the team: .graphmem/, .gitattributes, the merge driver")
+    p.add_argument("--move-private", action="store_true",
+                   help="with --init: move this project's private memory into the team tier (a backup stays)")
+    p.add_argument("--projects", action="store_true",
+                   help="the memory tiers here (which one writes go to) and every private project memory")
     p.add_argument("--merge", nargs="+", metavar="FILE",
                    help="git merge driver: --merge BASE OURS THEIRS [PATH] (registered by --init)")
     return p
@@ -7254,13 +7400,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.merge:
             return merge_command(args.merge)
         if args.init:
-            root = Path(os.environ.get("MEMORY_PROJECT_ROOT", "").strip() or Path.cwd()).expanduser()
-            for line in init_team(root, server_command()):
-                print(line)
-            print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
-                  "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
-            return 0
+            return init_command(args.move_private)
+        if args.move_private:
+            raise ConfigError("--move-private goes with --init: graphmem --init --move-private")
         settings = Settings.from_env()
+        if args.projects:
+            print(projects_report(settings, dict(os.environ)))
+            return 0
         if args.context:
             return print_briefing(settings, args.budget, args.query, args.hook_json)
         if args.export or args.import_path:

@@ -4319,11 +4319,12 @@ class Memory:
         return combined, error
 
     def _record_project(self) -> None:
-        """Once per process, when a private project's memory exists: its project.json (for --projects)."""
+        """Once per process, when a private project's folder exists (a write, or the savings ledger of a read
+        made it): its project.json, so --projects can say which project and where it was last seen."""
         project = self.settings.project
         if self._project_recorded or self.settings.tier != "private" or project is None:
             return
-        if self.settings.file_path.exists():
+        if self.settings.file_path.parent.is_dir():
             self._project_recorded = True
             record_project(project)
 
@@ -5468,6 +5469,41 @@ class UiApi:
 
     def __init__(self, memory: Memory):
         self.memory = memory
+        self._tiers: dict[str, UiApi] = {}
+
+    # ── tiers: the page shows one at a time and edits it (tier= on reads, "tier" in an op's body) ──
+    def tier_names(self) -> list[str]:
+        """The project tier (or the only file), then global when a project reads it alongside."""
+        return [self.memory.settings.tier] + (["global"] if self.memory.settings.global_path else [])
+
+    def for_tier(self, tier: str | None) -> "UiApi":
+        """The API over one tier's graph; no tier: the project tier (or the only one). ValueError when unknown."""
+        if not tier or tier == self.memory.settings.tier:
+            return self
+        if tier not in self.tier_names():
+            raise ValueError(f"unknown tier {tier!r}; tiers here: {', '.join(self.tier_names())}")
+        if tier not in self._tiers:
+            self._tiers[tier] = UiApi(self.memory.global_memory(create=True))
+        return self._tiers[tier]
+
+    def tiers(self) -> list[dict[str, Any]]:
+        """Each tier: name, file, facts, and whether writes go there by default."""
+        found = []
+        for name in self.tier_names():
+            path = self.for_tier(name).memory.settings.file_path
+            counts = graph_file_facts(path)
+            found.append({"tier": name, "file": str(path), "facts": counts[1] if counts else 0,
+                          "default": name == self.memory.settings.tier})
+        return found
+
+    def tier_graph(self, tier: str | None) -> dict[str, Any]:
+        """The graph of one tier, each entity marked with it, and the list of tiers for the selector."""
+        view = self.for_tier(tier)
+        data = view.graph()
+        name = view.memory.settings.tier
+        for entity in data["entities"]:
+            entity["tier"] = name
+        return {**data, "tier": name, "tiers": self.tiers()}
 
     def graph(self) -> dict[str, Any]:
         m = self.memory
@@ -5816,18 +5852,19 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
             if not self._api_allowed():
                 return
             try:
+                view = api.for_tier(query.get("tier"))  # one tier's graph (unknown tier: 400 below)
                 if url.path == "/api/version":
-                    self._json(200, {"version": api.memory.version()})
+                    self._json(200, {"version": view.memory.version()})
                 elif url.path == "/api/graph":
-                    self._json(200, api.graph())
+                    self._json(200, api.tier_graph(query.get("tier")))
                 elif url.path == "/api/archived":
-                    self._json(200, api.archived(query.get("name", "")))
+                    self._json(200, view.archived(query.get("name", "")))
                 elif url.path == "/api/search":
-                    self._json(200, api.search(query.get("q", "")))
+                    self._json(200, view.search(query.get("q", "")))
                 elif url.path == "/api/overview":
-                    self._json(200, api.overview())
+                    self._json(200, view.overview())
                 elif url.path == "/api/history":
-                    self._json(200, api.history(int(query.get("limit", "20") or 20)))
+                    self._json(200, view.history(int(query.get("limit", "20") or 20)))
                 elif url.path == "/api/op":
                     self._json(405, {"error": "changes need POST"})
                 else:
@@ -5851,8 +5888,16 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
             body = self._read_json_object()
             if body is None:
                 return
+            tier = body.get("tier")
             try:
-                self._json(200, api.op(body))
+                if tier is not None and not isinstance(tier, str):
+                    raise ValueError(f"tier must be a string such as \"global\"; tiers here: {', '.join(api.tier_names())}")
+                view = api.for_tier(tier)
+            except ValueError as err:  # an unknown tier: refused like any bad op
+                self._json(200, {"ok": False, "message": str(err)})
+                return
+            try:
+                self._json(200, view.op(body))
             except Exception as err:  # the page gets a message, the server keeps serving
                 log(f"UI op failed: {err!r}")
                 self._json(500, {"error": f"internal error: {type(err).__name__}: {err}"})

@@ -7108,7 +7108,7 @@ SETTINGS_TABLE = (
     ("MEMORY_GUARDRAIL_MAX_DROP", "guardrail_max_drop", "largest probe hit-rate drop --compact accepts"),
     ("MEMORY_PRICE_PER_MTOK", "price_per_mtok", "dollars per million input tokens, for --report"),
     ("MEMORY_PRICE_MODEL", "price_model", "the model that price is for"),
-    ("MEMORY_PROJECT_ROOT", "project_root", "where code anchors resolve"),
+    ("MEMORY_PROJECT_ROOT", "project_root", "the project (its git work tree) whose memory is used; where code anchors resolve"),
 )
 PATH_FIELDS = {"file_path", "project_root"}
 
@@ -7116,7 +7116,8 @@ PATH_FIELDS = {"file_path", "project_root"}
 def setting_default(field: str) -> str:
     """The default Settings gives a field, in words where it is worked out at start-up."""
     if field == "file_path":
-        return f"{default_memory_path(dict(os.environ))} (per-user data dir)"
+        return (f"the project's memory in a git work tree (graphmem --projects), else "
+                f"{default_memory_path(dict(os.environ))} (per-user data dir)")
     default = {f.name: f.default for f in dataclasses.fields(Settings)}[field]
     return "the working directory" if default is None else str(default)
 

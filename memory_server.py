@@ -5912,7 +5912,8 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
     temp = None
     if demo:
         temp = tempfile.TemporaryDirectory(prefix="graphmem-demo-")
-        settings = dataclasses.replace(settings, file_path=Path(temp.name) / "memory.jsonl")
+        settings = dataclasses.replace(settings, file_path=Path(temp.name) / "memory.jsonl", tier="file",
+                                       global_path=None)  # the demo never reads or edits a real tier
         write_demo_graph(settings)
     memory = Memory(settings, "ui")
     api = UiApi(memory)

@@ -290,12 +290,12 @@ def test_remote_spellings_name_one_project_and_local_paths_stay_apart():
 class TierUI(UIServer):
     """The UI server started in a project without MEMORY_FILE_PATH, as `graphmem --ui` is run there."""
 
-    def __init__(self, cwd: Path, home: Path):
+    def __init__(self, cwd: Path, home: Path, *extra: str):
         import tempfile
         import urllib.parse
         self.dir = tempfile.mkdtemp(prefix="graphmem-ui-tiers-")
         self.stderr = open(os.path.join(self.dir, "server.stderr"), "w+")
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open"], cwd=str(cwd),
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--ui", "0", "--no-open", *extra], cwd=str(cwd),
                                      env=env_for(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self.stderr, text=True)
         line = self._first_line(30.0)
@@ -339,3 +339,18 @@ def test_the_ui_shows_each_tier_and_writes_to_the_chosen_one(tmp_path, home):
         assert ui.get_json("/api/version?tier=global")["version"]
     finally:
         ui.stop()
+
+
+def test_the_demo_in_a_project_shows_only_its_own_copy(tmp_path, home):
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    serve(shop, home, [remember("prefers tabs", "me", scope="global")])
+    before = (data_dir(home) / "memory.jsonl").read_bytes()
+    ui = TierUI(shop, home, "--demo").login()
+    try:
+        graph = ui.get_json("/api/graph")
+        assert [t["tier"] for t in graph["tiers"]] == ["file"] and "me" not in {e["name"] for e in graph["entities"]}
+        status, _, _ = ui.request("GET", "/api/graph?tier=global")
+        assert status == 400
+    finally:
+        ui.stop()
+    assert (data_dir(home) / "memory.jsonl").read_bytes() == before

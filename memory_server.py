@@ -111,14 +111,14 @@ def projects_dir(env: dict[str, str]) -> Path:
 
 
 def resolve_project(start: Path, env: dict[str, str]) -> Project | None:
-    """The project holding `start` (None outside any git work tree). Reads git config and refs with the git
-    command when it runs (it knows includes, linked work trees and worktree config), else parses .git/config
-    itself; the root commit needs git (the object store is not parsed), so without git a project without an
+    """The project holding `start` (None outside any git work tree). The origin URL is parsed from the
+    repository's config file (linked work trees too; git reads it when the file has includes); the root
+    commit needs the git command (the object store is not parsed), so without git a project without an
     origin is found by the work-tree path its project.json recorded. Never writes anything."""
     root = work_tree_of(start)
     if root is None:
         return None
-    origin = git(root, "config", "--get", "remote.origin.url") or origin_from_git_files(root)
+    origin = git_origin(root)
     commit = None if origin else root_commit(root)
     if origin:
         identity, kind = normalise_remote(origin, root), "origin"
@@ -181,28 +181,72 @@ def git_dir_of(root: Path) -> Path | None:
     return folder if folder.is_absolute() else (root / folder).resolve()
 
 
-def origin_from_git_files(root: Path) -> str | None:
-    """remote.origin.url read from the repository's config file (for when git cannot run); no includes."""
+def common_git_dir(folder: Path) -> Path:
+    """Where a linked work tree's shared files (config, refs) live: the main repository's git folder."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        common = folder / "commondir"
+        if common.is_file():
+            return (folder / common.read_text(encoding="utf-8").strip()).resolve()
+    return folder
+
+
+def git_origin(root: Path) -> str | None:
+    """remote.origin.url: parsed from the repository's config file (a git process costs ~7 ms, too much for a
+    server that works out tiers per request); git itself reads it when the file has includes or cannot be read."""
+    folder = git_dir_of(root)
+    try:
+        text = (common_git_dir(folder) / "config").read_text(encoding="utf-8") if folder else None
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text is None or re.search(r"^\s*\[include", text, re.M | re.I):
+        return git(root, "config", "--get", "remote.origin.url") or (text and config_origin(text))
+    return config_origin(text)
+
+
+def config_origin(text: str) -> str | None:
+    """The url of [remote "origin"] in a git config file's text."""
+    section = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = re.sub(r"\s+", " ", line.split("]")[0][1:].strip())
+        elif section == 'remote "origin"' and re.match(r"url\s*=", line, re.I):
+            return line.split("=", 1)[1].strip().strip('"') or None
+    return None
+
+
+def head_commit(root: Path) -> str | None:
+    """The commit HEAD points at, read from the git folder's files (HEAD, the ref, packed-refs); None if unknown."""
     folder = git_dir_of(root)
     if folder is None:
         return None
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        common = folder / "commondir"  # a linked work tree: the config is the main repository's
-        if common.is_file():
-            folder = (folder / common.read_text(encoding="utf-8").strip()).resolve()
-        section = ""
-        for line in (folder / "config").read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if line.startswith("["):
-                section = re.sub(r"\s+", " ", line.split("]")[0][1:].strip())
-            elif section == 'remote "origin"' and re.match(r"url\s*=", line, re.I):
-                return line.split("=", 1)[1].strip().strip('"') or None
+        head = (folder / "HEAD").read_text(encoding="utf-8").strip()
+        if re.fullmatch(r"[0-9a-f]{40,64}", head):
+            return head
+        ref = head[4:].strip() if head.startswith("ref:") else ""
+        common = common_git_dir(folder)
+        for base in (folder, common):
+            if ref and (base / ref).is_file():
+                return (base / ref).read_text(encoding="utf-8").strip() or None
+        packed = common / "packed-refs"
+        if ref and packed.is_file():
+            for line in packed.read_text(encoding="utf-8").splitlines():
+                if line.endswith(f" {ref}"):
+                    return line.split()[0]
     return None
 
 
 def root_commit(root: Path) -> str | None:
-    """The oldest root commit of HEAD (git rev-list --max-parents=0), or None (no commits, or no git)."""
-    out = git(root, "rev-list", "--max-parents=0", "--reverse", "HEAD")
+    """The oldest root commit of HEAD (git rev-list --max-parents=0), or None (no commits, or no git). A
+    commit's history never changes, so the answer is kept per HEAD commit (one git process per new HEAD)."""
+    head = head_commit(root)
+    return _root_commit_of(str(root), head) if head else _root_commit_of.__wrapped__(str(root), None)
+
+
+@functools.lru_cache(maxsize=256)
+def _root_commit_of(root: str, head: str | None) -> str | None:
+    out = git(Path(root), "rev-list", "--max-parents=0", "--reverse", head or "HEAD")
     return out.split()[0] if out else None
 
 

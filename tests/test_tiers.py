@@ -354,3 +354,22 @@ def test_the_demo_in_a_project_shows_only_its_own_copy(tmp_path, home):
     finally:
         ui.stop()
     assert (data_dir(home) / "memory.jsonl").read_bytes() == before
+
+
+def test_an_origin_set_in_an_included_config_file_is_found(tmp_path, home):
+    shop = repo(home, tmp_path / "shop")
+    (tmp_path / "remotes.config").write_text('[remote "origin"]\n\turl = git@github.com:acme/shop.git\n')
+    git(shop, home, "config", "include.path", str(tmp_path / "remotes.config"))
+    serve(shop, home, [remember("2026-03-01: deploy branch is main")])
+    folder, = (data_dir(home) / "projects").iterdir()
+    assert folder.name.startswith("github.com-acme-shop-")
+
+
+def test_without_git_a_project_with_no_origin_is_found_by_its_last_path(tmp_path, home):
+    shop = repo(home, tmp_path / "shop")
+    serve(shop, home, [remember("2026-03-01: deploy branch is main")])
+    no_git = tmp_path / "empty-bin"
+    no_git.mkdir()
+    recall, = serve(shop, home, [("recall", {"query": "deploy branch"})], PATH=str(no_git))
+    assert "deploy branch is main" in recall
+    assert len(list((data_dir(home) / "projects").iterdir())) == 1

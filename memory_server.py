@@ -5935,7 +5935,8 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
             tier = body.get("tier")
             try:
                 if tier is not None and not isinstance(tier, str):
-                    raise ValueError(f"tier must be a string such as \"global\"; tiers here: {', '.join(api.tier_names())}")
+                    raise ValueError("tier must be a string such as \"global\"; tiers here: "
+                                     + ", ".join(api.tier_names()))
                 view = api.for_tier(tier)
             except ValueError as err:  # an unknown tier: refused like any bad op
                 self._json(200, {"ok": False, "message": str(err)})
@@ -6489,14 +6490,16 @@ def projects_report(settings: Settings, env: dict[str, str]) -> str:
     project memory in the data dir. Read-only."""
     project = settings.project
     if settings.tier == "file":
-        lines = [f"MEMORY_FILE_PATH is set: one file, no tiers.", f"  * file    {describe_tier_file(settings.file_path)}"]
+        lines = ["MEMORY_FILE_PATH is set: one file, no tiers.",
+                 f"  * file    {describe_tier_file(settings.file_path)}"]
     elif project is None:
         lines = ["Here: not inside a git work tree; the global memory is the only tier.",
                  f"  * global  {describe_tier_file(settings.file_path)}"]
     else:
         lines = [f"Here: {project.root} (git work tree; identity {project.identity})",
                  "  * marks the tier writes go to; reads span it and global (scope: \"global\" writes to global)"]
-        team = describe_tier_file(project.team_path) if project.has_team else "none (graphmem --init creates .graphmem/)"
+        team = (describe_tier_file(project.team_path) if project.has_team
+                else "none (graphmem --init creates .graphmem/)")
         private = describe_tier_file(project.private_path)
         if project.has_team and project.private_path.exists():
             private += " - NOT READ while .graphmem/ exists: graphmem --init --move-private moves it to the team"
@@ -6555,7 +6558,8 @@ def move_private(settings: Settings) -> list[str]:
                 continue
             new = [o for o in dict.fromkeys(facts) if o not in target.observations]
             if target.entityType != entity.entityType:
-                notes.append(f"{entity.name}: kept the team's type {target.entityType!r} (private: {entity.entityType!r})")
+                notes.append(f"{entity.name}: kept the team's type {target.entityType!r} "
+                             f"(private: {entity.entityType!r})")
             if new:
                 tx.touch(entity.name)
                 target.observations.extend(new)
@@ -7153,7 +7157,8 @@ SETTINGS_TABLE = (
     ("MEMORY_GUARDRAIL_MAX_DROP", "guardrail_max_drop", "largest probe hit-rate drop --compact accepts"),
     ("MEMORY_PRICE_PER_MTOK", "price_per_mtok", "dollars per million input tokens, for --report"),
     ("MEMORY_PRICE_MODEL", "price_model", "the model that price is for"),
-    ("MEMORY_PROJECT_ROOT", "project_root", "the project (its git work tree) whose memory is used; where code anchors resolve"),
+    ("MEMORY_PROJECT_ROOT", "project_root",
+     "the project (its git work tree) whose memory is used; where code anchors resolve"),
 )
 PATH_FIELDS = {"file_path", "project_root"}
 

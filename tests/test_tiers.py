@@ -72,7 +72,8 @@ def data_dir(home: Path) -> Path:
 
 
 def remember(fact: str, entity: str = "deploy", **args) -> tuple[str, dict]:
-    return ("create_entities", {"entities": [{"name": entity, "entityType": "process", "observations": [fact]}], **args})
+    entities = [{"name": entity, "entityType": "process", "observations": [fact]}]
+    return ("create_entities", {"entities": entities, **args})
 
 
 @pytest.fixture
@@ -242,8 +243,9 @@ def test_init_move_private_loses_nothing_and_is_idempotent(tmp_path, home):
         ("create_relations", {"relations": [{"from": "api", "to": "db", "relationType": "uses"}]})])
     private, = (data_dir(home) / "projects").glob("*/memory.jsonl")
     before = private.read_bytes()
-    private.write_bytes(before + b"\n" + json.dumps({"type": "entity", "name": "ci", "entityType": "tool", "observations": [
-        "token ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "runs on every push"]}).encode())
+    secret = "token ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    ci = {"type": "entity", "name": "ci", "entityType": "tool", "observations": [secret, "runs on every push"]}
+    private.write_bytes(before + b"\n" + json.dumps(ci).encode())
     hint = graphmem(shop, home, "--init")
     assert "graphmem --init --move-private moves it" in hint.stdout, hint.stdout
     team = shop / ".graphmem" / "memory.jsonl"

@@ -375,3 +375,39 @@ def test_without_git_a_project_with_no_origin_is_found_by_its_last_path(tmp_path
     recall, = serve(shop, home, [("recall", {"query": "deploy branch"})], PATH=str(no_git))
     assert "deploy branch is main" in recall
     assert len(list((data_dir(home) / "projects").iterdir())) == 1
+
+
+def test_the_tier_selector_in_a_real_browser_switches_and_edits_the_chosen_tier(tmp_path, home):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cdp
+    if cdp.find_chromium() is None:
+        pytest.skip("no chromium binary (install the Debian package `chromium`)")
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    serve(shop, home, [remember("2026-03-01: deploy branch is main"), remember("prefers tabs", "me", scope="global")])
+    private, = (data_dir(home) / "projects").glob("*/memory.jsonl")
+    everyone = data_dir(home) / "memory.jsonl"
+    ui = TierUI(shop, home)
+    browser = cdp.Browser(width=1280, height=800, color_scheme="light")
+    drawn = "[...document.querySelectorAll('[data-entity]')].map((n) => n.dataset.entity).join(',')"
+    try:
+        browser.navigate(ui.url)
+        browser.wait_for(f"{drawn} === 'deploy'", timeout=10)
+        assert browser.evaluate("document.getElementById('tier').hidden") is False
+        assert browser.evaluate("[...document.getElementById('tier').options].map((o) => o.value).join(',')") \
+            == "private,global"
+        browser.evaluate("(() => { const t = document.getElementById('tier'); t.value = 'global'; "
+                         "t.dispatchEvent(new Event('change')); })()")
+        browser.wait_for(f"{drawn} === 'me'", timeout=10)
+        assert browser.evaluate("document.getElementById('graph-info').textContent").startswith("global memory")
+        browser.click("[...document.querySelectorAll('[data-entity]')].find((n) => n.dataset.entity === 'me')"
+                      ".querySelector('circle')")  # the node's dot (the group's centre may fall between dot and label)
+        browser.wait_for("(document.getElementById('entity-name') || {}).textContent === 'me'", timeout=5)
+        browser.click("document.getElementById('add-fact-input')")
+        browser.type_text("uses vim")
+        browser.click("document.getElementById('add-fact-btn')")
+        browser.wait_for("[...document.querySelectorAll('#facts-list .fact')].some((li) => li.dataset.fact === "
+                         "'uses vim')", timeout=5)
+        assert "uses vim" in everyone.read_text() and "uses vim" not in private.read_text()
+    finally:
+        browser.close()
+        ui.stop()

@@ -78,12 +78,6 @@ def work_tree_of(start: Path) -> Path | None:
     return None
 
 
-def team_memory_path(start: Path) -> Path | None:
-    """`.graphmem/memory.jsonl` of the git work tree holding `start`, when the project has a .graphmem/ folder."""
-    root = work_tree_of(start)
-    return root / TEAM_DIR / "memory.jsonl" if root is not None and (root / TEAM_DIR).is_dir() else None
-
-
 @dataclasses.dataclass(frozen=True)
 class Project:
     """A git work tree: where its team memory would be, and the identity its private memory is filed under.
@@ -4277,11 +4271,11 @@ class Memory:
             return f"Invalid arguments for {name}: {problem}.", True
         arguments = dict(arguments)
         scope = arguments.pop("scope", None)
-        if self.settings.global_path is not None:
-            routed = self._across_tiers(name, arguments, scope)
-            if routed is not None:
-                return routed
         try:
+            if self.settings.global_path is not None:
+                routed = self._across_tiers(name, arguments, scope)
+                if routed is not None:
+                    return routed
             return self._run_tool(tool, arguments)
         finally:
             self._record_project()

@@ -6571,11 +6571,14 @@ def move_private(settings: Settings) -> list[str]:
     done = [f"moved into {TEAM_DIR}/memory.jsonl: {counts['entities']} new entities, {counts['facts']} facts, "
             f"{counts['relations']} relations (what the team file had already was kept as it was)"]
     done += notes
-    if _file_bytes(private) != before:
+    backup = private.with_name(f"memory.jsonl.moved-{utc_stamp(fmt='%Y%m%dT%H%M%SZ')}")
+    with GraphStore(dataclasses.replace(settings, file_path=private)).lock():  # no private write in between
+        unchanged = _file_bytes(private) == before
+        if unchanged:
+            os.replace(private, backup)
+    if not unchanged:
         return done + [f"{private} changed while moving (a server still writes there); run --init --move-private "
                        "again to move the rest (nothing moves twice)"]
-    backup = private.with_name(f"memory.jsonl.moved-{utc_stamp(fmt='%Y%m%dT%H%M%SZ')}")
-    os.replace(private, backup)
     done.append(f"the private file is kept as a backup: {backup}")
     if counts["withheld"]:
         done.append(f"{counts['withheld']} secret-shaped item(s) were not moved (the team file is committed); "

@@ -87,6 +87,9 @@ def default_memory_path(env: dict[str, str]) -> Path:
 
 
 TEAM_DIR = ".graphmem"  # a project's shared memory, committed with its code (see section 13)
+PROJECTS_DIR = "projects"  # <data dir>/projects/<slug>/: a project's private memory and its project.json
+PROJECT_PATHS_KEPT = 5     # work-tree paths a project.json remembers, newest first (a guess: clones per user)
+PROJECT_SLUG_CHARS = 48    # readable part of a private project's folder name, before its hash
 
 
 def work_tree_of(start: Path) -> Path | None:
@@ -98,10 +101,226 @@ def work_tree_of(start: Path) -> Path | None:
     return None
 
 
-def team_memory_path(start: Path) -> Path | None:
-    """`.graphmem/memory.jsonl` of the git work tree holding `start`, when the project has a .graphmem/ folder."""
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """A git work tree: where its team memory would be, and the identity its private memory is filed under.
+    identity: the normalised origin URL ("github.com/org/repo"), else "commit <root commit>", else "path <root>"."""
+    root: Path
+    identity: str
+    kind: str                # "origin" | "root-commit" | "path"
+    origin: str | None       # the origin remote URL as configured, credentials removed
+    private_path: Path       # <data dir>/projects/<slug>/memory.jsonl
+    has_team: bool           # the work tree has a .graphmem/ folder: the team tier
+
+    @property
+    def team_path(self) -> Path:
+        return self.root / TEAM_DIR / "memory.jsonl"
+
+    @property
+    def tier(self) -> str:
+        """The project tier: "team" (.graphmem/ committed with the code) or "private" (the per-user data dir)."""
+        return "team" if self.has_team else "private"
+
+
+def projects_dir(env: dict[str, str]) -> Path:
+    """Where private project memories live: beside the global memory.jsonl, in projects/."""
+    return default_memory_path(env).parent / PROJECTS_DIR
+
+
+def resolve_project(start: Path, env: dict[str, str]) -> Project | None:
+    """The project holding `start` (None outside any git work tree). The origin URL is parsed from the
+    repository's config file (linked work trees too; git reads it when the file has includes); the root
+    commit needs the git command (the object store is not parsed), so without git a project without an
+    origin is found by the work-tree path its project.json recorded. Never writes anything."""
     root = work_tree_of(start)
-    return root / TEAM_DIR / "memory.jsonl" if root is not None and (root / TEAM_DIR).is_dir() else None
+    if root is None:
+        return None
+    origin = git_origin(root)
+    commit = None if origin else root_commit(root)
+    if origin:
+        identity, kind = normalise_remote(origin, root), "origin"
+    elif commit:
+        identity, kind = f"commit {commit}", "root-commit"
+    else:
+        identity, kind = f"path {root}", "path"
+    folders = projects_dir(env)
+    folder = folders / project_slug(identity, kind)
+    if not (folder / "project.json").is_file():
+        folder = known_project_folder(folders, identity, kind, root) or folder
+    return Project(root, identity, kind, without_credentials(origin) if origin else None, folder / "memory.jsonl",
+                   (root / TEAM_DIR).is_dir())
+
+
+def normalise_remote(url: str, root: Path) -> str:
+    """One spelling per repository: https://Host/org/repo.git, git@host:org/repo and ssh://git@host:22/org/repo/
+    are all "host/org/repo" (host lower-cased; user, port, scheme, trailing .git and slashes dropped). A local
+    path (or file:// URL) is "file <absolute path>"."""
+    url = url.strip()
+    found = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/]*@)?([^/:@]+)(?::\d*)?(/.*)?$", url)
+    if found is None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", url):
+        found = re.match(r"^(?:[^@/:]+@)?([^/:@]{2,}):(?!//)(.*)$", url)  # scp-like; a Windows drive C: is one letter
+    if found is None:
+        local = url[len("file://"):] if url.lower().startswith("file://") else url
+        path = Path(local) if Path(local).is_absolute() else root / local
+        return "file " + re.sub(r"(\.git)?/*$", "", os.path.normpath(str(path)).replace("\\", "/"))
+    host, path = found.group(1).lower(), (found.group(2) or "").strip("/")
+    return f"{host}/{re.sub(r'(/|[.]git)+$', '', path)}".rstrip("/")
+
+
+def without_credentials(url: str) -> str:
+    """A remote URL without the user part of an http(s) URL, nor a user:password@ of any other (a token in a
+    URL must not be copied into project.json)."""
+    url = re.sub(r"^(https?://)[^@/]*@", r"\1", url.strip(), flags=re.I)
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^@/]*:[^@/]*@", r"\1", url)
+
+
+def project_slug(identity: str, kind: str) -> str:
+    """The folder name of a private project memory: readable, then a short hash of the identity."""
+    readable = identity.split(" ", 1)[1] if kind != "origin" else identity
+    readable = f"commit-{readable[:12]}" if kind == "root-commit" else (
+        f"path-{Path(readable).name}" if kind == "path" else readable)
+    readable = re.sub(r"[^A-Za-z0-9._]+", "-", readable).strip("-.")[:PROJECT_SLUG_CHARS] or "project"
+    return f"{readable}-{hashlib.sha256(identity.encode('utf-8')).hexdigest()[:8]}"
+
+
+def git_dir_of(root: Path) -> Path | None:
+    """The git folder of a work tree: .git itself, or where a linked work tree's (or submodule's) .git file points."""
+    dot = root / ".git"
+    if dot.is_dir():
+        return dot
+    try:
+        found = re.match(r"gitdir:\s*(.+)", dot.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+    if found is None:
+        return None
+    folder = Path(found.group(1).strip())
+    return folder if folder.is_absolute() else (root / folder).resolve()
+
+
+def common_git_dir(folder: Path) -> Path:
+    """Where a linked work tree's shared files (config, refs) live: the main repository's git folder."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        common = folder / "commondir"
+        if common.is_file():
+            return (folder / common.read_text(encoding="utf-8").strip()).resolve()
+    return folder
+
+
+def git_origin(root: Path) -> str | None:
+    """remote.origin.url: parsed from the repository's config file (a git process costs ~7 ms, too much for a
+    server that works out tiers per request); git itself reads it when the file has includes or cannot be read."""
+    folder = git_dir_of(root)
+    try:
+        text = (common_git_dir(folder) / "config").read_text(encoding="utf-8") if folder else None
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text is None or re.search(r"^\s*\[include", text, re.M | re.I):
+        return git(root, "config", "--get", "remote.origin.url") or (text and config_origin(text))
+    return config_origin(text)
+
+
+def config_origin(text: str) -> str | None:
+    """The url of [remote "origin"] in a git config file's text."""
+    section = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = re.sub(r"\s+", " ", line.split("]")[0][1:].strip())
+        elif section == 'remote "origin"' and re.match(r"url\s*=", line, re.I):
+            return line.split("=", 1)[1].strip().strip('"') or None
+    return None
+
+
+def head_commit(root: Path) -> str | None:
+    """The commit HEAD points at, read from the git folder's files (HEAD, the ref, packed-refs); None if unknown."""
+    folder = git_dir_of(root)
+    if folder is None:
+        return None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        head = (folder / "HEAD").read_text(encoding="utf-8").strip()
+        if re.fullmatch(r"[0-9a-f]{40,64}", head):
+            return head
+        ref = head[4:].strip() if head.startswith("ref:") else ""
+        common = common_git_dir(folder)
+        for base in (folder, common):
+            if ref and (base / ref).is_file():
+                return (base / ref).read_text(encoding="utf-8").strip() or None
+        packed = common / "packed-refs"
+        if ref and packed.is_file():
+            for line in packed.read_text(encoding="utf-8").splitlines():
+                if line.endswith(f" {ref}"):
+                    return line.split()[0]
+    return None
+
+
+def root_commit(root: Path) -> str | None:
+    """The oldest root commit of HEAD (git rev-list --max-parents=0), or None (no commits, or no git). A
+    commit's history never changes, so the answer is kept per HEAD commit (one git process per new HEAD)."""
+    head = head_commit(root)
+    return _root_commit_of(str(root), head) if head else _root_commit_of.__wrapped__(str(root), None)
+
+
+@functools.lru_cache(maxsize=256)
+def _root_commit_of(root: str, head: str | None) -> str | None:
+    out = git(Path(root), "rev-list", "--max-parents=0", "--reverse", head or "HEAD")
+    return out.split()[0] if out else None
+
+
+def read_project_json(folder: Path) -> dict[str, Any]:
+    """A private project's project.json, or {} when missing or unreadable."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((folder / "project.json").read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def known_project_folder(folders: Path, identity: str, kind: str, root: Path) -> Path | None:
+    """A private project folder recorded under this identity (in its project.json), or one this project grew out
+    of: filed by root commit before an origin was added, or by path before the first commit (or without git)."""
+    if not folders.is_dir():
+        return None
+    known = [(folder, read_project_json(folder)) for folder in sorted(folders.iterdir()) if folder.is_dir()]
+    for folder, data in known:
+        if identity in data.get("identities", [data.get("identity")]):
+            return folder
+    commit = root_commit(root) if kind == "origin" else None
+    for folder, data in known:
+        if data.get("kind") == "root-commit" and commit and data.get("identity") == f"commit {commit}":
+            return folder
+        if (data.get("kind") == "path" or kind == "path") and str(root) in data.get("paths", []):
+            return folder
+    return None
+
+
+def record_project(project: Project) -> None:
+    """Write the private project's project.json (identity, origin, last seen work-tree paths) for --projects;
+    best-effort (a failure is logged, never an error of the call that triggered it)."""
+    folder = project.private_path.parent
+    data = read_project_json(folder)
+    paths = [str(project.root)] + [p for p in data.get("paths", []) if p != str(project.root)]
+    identities = list(dict.fromkeys([*data.get("identities", []), data.get("identity") or project.identity,
+                                     project.identity]))
+    updated = {"identity": data.get("identity") or project.identity, "kind": data.get("kind") or project.kind,
+               "identities": identities, "origin": project.origin or data.get("origin"),
+               "paths": paths[:PROJECT_PATHS_KEPT], "lastSeen": utc_stamp(fmt="%Y-%m-%dT%H:%M:%SZ")}
+    if {k: v for k, v in data.items() if k != "lastSeen"} == {k: v for k, v in updated.items() if k != "lastSeen"}:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / "project.json", (json.dumps({**data, **updated}, indent=2) + "\n").encode("utf-8"))
+    except OSError as err:
+        log(f"could not record {folder / 'project.json'} ({err.strerror or err}); the memory itself is unaffected")
+
+
+def git(root: Path, *args: str) -> str | None:
+    """stdout of a git command in `root`, or None when git is missing or the command fails."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _number_setting(env: dict[str, str], name: str, default: Any, low: Any, high: Any) -> Any:
@@ -131,7 +350,9 @@ class Settings:
     price_per_mtok: float = 3.0
     price_model: str = "claude-sonnet-4-6"
     project_root: Path | None = None
-    personal_path: Path | None = None  # the personal (global) graph read alongside a project's team graph
+    global_path: Path | None = None  # the global graph read alongside a project's graph (None: no other tier)
+    tier: str = "file"               # what file_path is: "team", "private", "global", or "file" (MEMORY_FILE_PATH)
+    project: Project | None = None   # the git work tree the project tier belongs to
     lock_timeout: float = 10.0
     test_only_now: float | None = None  # MEMORY_TEST_ONLY_NOW: a frozen clock for tests of decay (never in use)
 
@@ -144,15 +365,22 @@ class Settings:
         env = dict(os.environ if env is None else env)
         raw_path = env.get("MEMORY_FILE_PATH", "").strip()
         root = env.get("MEMORY_PROJECT_ROOT", "").strip()
-        team = None if raw_path else team_memory_path(Path(root).expanduser() if root else Path.cwd())
-        path = Path(raw_path).expanduser() if raw_path else (team or default_memory_path(env))
+        project = None if raw_path else resolve_project(Path(root).expanduser() if root else Path.cwd(), env)
+        if raw_path:  # drop-in mode: exactly this one file, no other tier
+            path, tier = Path(raw_path).expanduser(), "file"
+        elif project is not None:
+            path, tier = (project.team_path if project.has_team else project.private_path), project.tier
+        else:
+            path, tier = default_memory_path(env), "global"
         if not path.is_absolute():
             path = Path.cwd() / path
         if path.exists() and path.is_dir():
             raise ConfigError(f"MEMORY_FILE_PATH={path} is a folder; give a file path such as {path / 'memory.jsonl'}")
         return cls(
             file_path=path,
-            personal_path=default_memory_path(env) if team else None,
+            global_path=default_memory_path(env) if project is not None else None,
+            tier=tier,
+            project=project,
             obs_max_chars=_number_setting(env, "MEMORY_OBS_MAX_CHARS", 300, 20, 100_000),
             obs_max=_number_setting(env, "MEMORY_OBS_MAX", 15, 1, 100_000),
             search_limit=_number_setting(env, "MEMORY_SEARCH_LIMIT", 10, 1, 1000),
@@ -4414,7 +4642,7 @@ class Tool:
 
 _SCOPE = {"type": "string", "enum": ["project", "global"],
           "description": "project (default): this repository's memory; global: your personal memory, seen in every "
-                         "project (preferences, your own conventions). Only differs inside a project with .graphmem/"}
+                         "project (preferences, your own conventions). Only differs inside a git project"}
 
 TOOLS: list[Tool] = [
     Tool("create_entities", "Create Entities",
@@ -4530,7 +4758,17 @@ DIRECT_COMPARE_MAX = 16  # facts compared pair by pair for recall's conflict fla
                          # 120 pairs cost about what building the index for 16 facts does)
 
 
-PERSONAL_HEADER = "== personal memory (every project; write here with scope: \"global\") =="
+GLOBAL_HEADER = "== global memory (yours, every project; write here with scope: \"global\") =="
+TIER_NAMES = {"team": "Team memory", "private": "Private memory", "global": "Global memory", "file": "Memory"}
+
+
+def tier_title(settings: Settings) -> str:
+    """What the project tier is, for read_graph's first line and --projects: kind, project, file."""
+    project = settings.project
+    if project is None or settings.tier == "global":
+        return f"{TIER_NAMES[settings.tier]} ({settings.file_path}{'' if project else '; not in a git project'})"
+    where = f"{TEAM_DIR}/memory.jsonl" if project.has_team else f"private to you, {project.identity}"
+    return f"{TIER_NAMES[settings.tier]} of {project.root.name} ({where})"
 
 
 def tier_entity_names(tool: str, args: dict[str, Any]) -> list[str]:
@@ -4553,7 +4791,8 @@ class Memory:
 
     def __init__(self, settings: Settings, client: str | None = None):
         self.settings = settings
-        self._personal: Memory | None = None  # the personal graph beside a team graph, made when first needed
+        self._global: Memory | None = None  # the global graph beside a project's graph, made when first needed
+        self._project_recorded = False  # project.json of a private project, written once per process
         self.store = GraphStore(settings)
         self.meta = MetaStore(self.store.meta_path, settings.now)
         self.index = SearchIndex()
@@ -4598,11 +4837,14 @@ class Memory:
             return WriteResult.refusal(name, f"Invalid arguments for {name}: {problem}.", "invalid_arguments"), True
         arguments = dict(arguments)
         scope = arguments.pop("scope", None)
-        if self.settings.personal_path is not None:
-            routed = self._across_tiers(name, arguments, scope)
-            if routed is not None:
-                return routed
-        return self._run_tool(tool, arguments)
+        try:
+            if self.settings.global_path is not None:
+                routed = self._across_tiers(name, arguments, scope)
+                if routed is not None:
+                    return routed
+            return self._run_tool(tool, arguments)
+        finally:
+            self._record_project()
 
     def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[Answer, bool]:
         with self.lock:
@@ -4618,66 +4860,76 @@ class Memory:
                 return WriteResult.refusal(tool.name, f"Not saved: cannot write {self.settings.file_path} "
                                            f"({err.strerror or err}).", "not_saved"), True
 
-    # ── tiers: a project's team graph, with the personal graph read alongside ──
+    # ── tiers: a project's graph (team or private), with the global graph read alongside ──
     def _across_tiers(self, name: str, args: dict[str, Any], scope: str | None) -> tuple[Answer, bool] | None:
-        """A call in a project with a team graph: writes go to the project unless scope is "global"; reads
-        span both graphs (the personal one marked); deletes and edits act where the entity lives. None: run
-        it on the project graph as usual."""
+        """A call in a project: writes go to the project unless scope is "global"; reads span both graphs (the
+        global one marked); deletes and edits act where the entity lives. None: run it on the project graph."""
         if name in ("create_entities", "add_observations", "create_relations"):
-            return self.personal(create=True).answer_tool(name, args) if scope == "global" else None
-        personal = self.personal(create=False)
-        if personal is None:  # no personal memory yet: nothing to read alongside or to act on
+            return self.global_memory(create=True).answer_tool(name, args) if scope == "global" else None
+        other = self.global_memory(create=False)
+        if other is None:  # no global memory yet: nothing to read alongside or to act on
             return None
         if name in ("search_nodes", "recall", "read_graph"):
-            return self._with_personal(name, args)
+            return self._with_global(name, args)
         if name == "open_nodes":
             mine = self.graph().by_name()
-            theirs = personal.graph().by_name()
+            theirs = other.graph().by_name()
             elsewhere = [n for n in args["names"] if n not in mine and n in theirs]
             if not elsewhere:
                 return None
             here = [n for n in args["names"] if n not in elsewhere]
-            text, _ = personal.call_tool(name, {"names": elsewhere})
+            text, _ = other.call_tool(name, {"names": elsewhere})
             if here:
                 local, error = self.call_tool(name, {"names": here})
-                return f"{local}\n{PERSONAL_HEADER}\n{text}", error
-            return f"{PERSONAL_HEADER}\n{text}", False
+                return f"{local}\n{GLOBAL_HEADER}\n{text}", error
+            return f"{GLOBAL_HEADER}\n{text}", False
         named = tier_entity_names(name, args)
-        if named and all(personal.graph().get(n) and not self.graph().get(n) for n in named):
-            return personal.answer_tool(name, args)
+        if named and all(other.graph().get(n) and not self.graph().get(n) for n in named):
+            return other.answer_tool(name, args)
         return None
 
-    def personal(self, create: bool) -> "Memory | None":
-        """The personal graph read alongside this project's team graph; None without one (create: make it)."""
-        path = self.settings.personal_path
-        if path is None or (self._personal is None and not create and not path.exists()):
+    def global_memory(self, create: bool) -> "Memory | None":
+        """The global graph read alongside this project's graph; None without one (create: make it)."""
+        path = self.settings.global_path
+        if path is None or (self._global is None and not create and not path.exists()):
             return None
-        if self._personal is None:
-            self._personal = Memory(dataclasses.replace(self.settings, file_path=path, personal_path=None), self.client)
-        return self._personal
+        if self._global is None:
+            self._global = Memory(dataclasses.replace(self.settings, file_path=path, global_path=None, tier="global"),
+                                  self.client)
+        return self._global
 
-    def _with_personal(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
-        """The project's answer, then the personal graph's under PERSONAL_HEADER when it has something; recall
-        stays within its budget (the personal part gets what the project's answer left)."""
+    def _with_global(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        """The project's answer, then the global graph's under GLOBAL_HEADER when it has something; recall
+        stays within its budget (the global part gets what the project's answer left)."""
         text, error = self._run_tool(TOOLS_BY_NAME[name], args)
-        personal = self.personal(create=False)
-        if error or personal is None or not personal.graph().entities:
+        other = self.global_memory(create=False)
+        if error or other is None or not other.graph().entities:
             return text, error
         extra = dict(args)
         budget = int(args.get("budget") or self.settings.recall_budget)
         if name == "recall":
-            left = budget - estimate_tokens(f"{text}\n{PERSONAL_HEADER}\n")
-            ranked = personal.index.rank_facts(args["query"], personal.lifecycle.strength, None).facts
+            left = budget - estimate_tokens(f"{text}\n{GLOBAL_HEADER}\n")
+            ranked = other.index.rank_facts(args["query"], other.lifecycle.strength, None).facts
             if left < 50 or not ranked:
                 return text, error
             extra["budget"] = left
-        elif name == "search_nodes" and not personal.index.match_entities(args["query"]):
+        elif name == "search_nodes" and not other.index.match_entities(args["query"]):
             return text, error
-        more, more_error = personal.call_tool(name, extra)
-        combined = f"{text}\n{PERSONAL_HEADER}\n{more}"
+        more, more_error = other.call_tool(name, extra)
+        combined = f"{text}\n{GLOBAL_HEADER}\n{more}"
         if more_error or (name == "recall" and estimate_tokens(combined) > budget):
             return text, error
         return combined, error
+
+    def _record_project(self) -> None:
+        """Once per process, when a private project's folder exists (a write, or the savings ledger of a read
+        made it): its project.json, so --projects can say which project and where it was last seen."""
+        project = self.settings.project
+        if self._project_recorded or self.settings.tier != "private" or project is None:
+            return
+        if self.settings.file_path.parent.is_dir():
+            self._project_recorded = True
+            record_project(project)
 
     def _mutate(self, summary: str, change: Callable[[Transaction], Answer]) -> Answer:
         """One code path for a change: lock, fresh read, change, archive, atomic write, history.
@@ -4984,8 +5236,10 @@ class Memory:
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
         touching = self.index.touching(graph)
-        where = (f"Team memory of {self.store.path.parent.parent.name} ({TEAM_DIR}/memory.jsonl; your personal "
-                 "memory follows): ") if self.settings.personal_path else ""
+        other = self.global_memory(create=False)
+        follows = "; your global memory follows" if other and other.graph().entities else ""
+        nested = self.settings.tier == "global" and self.settings.project is not None  # under GLOBAL_HEADER
+        where = "" if self.settings.tier == "file" or nested else f"{tier_title(self.settings)}{follows}: "
         lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
                  "Names by type (fact count), most connected first; open_nodes or recall for facts."]
         if entityType is not None:
@@ -5824,6 +6078,41 @@ class UiApi:
 
     def __init__(self, memory: Memory):
         self.memory = memory
+        self._tiers: dict[str, UiApi] = {}
+
+    # ── tiers: the page shows one at a time and edits it (tier= on reads, "tier" in an op's body) ──
+    def tier_names(self) -> list[str]:
+        """The project tier (or the only file), then global when a project reads it alongside."""
+        return [self.memory.settings.tier] + (["global"] if self.memory.settings.global_path else [])
+
+    def for_tier(self, tier: str | None) -> "UiApi":
+        """The API over one tier's graph; no tier: the project tier (or the only one). ValueError when unknown."""
+        if not tier or tier == self.memory.settings.tier:
+            return self
+        if tier not in self.tier_names():
+            raise ValueError(f"unknown tier {tier!r}; tiers here: {', '.join(self.tier_names())}")
+        if tier not in self._tiers:
+            self._tiers[tier] = UiApi(self.memory.global_memory(create=True))
+        return self._tiers[tier]
+
+    def tiers(self) -> list[dict[str, Any]]:
+        """Each tier: name, file, facts, and whether writes go there by default."""
+        found = []
+        for name in self.tier_names():
+            path = self.for_tier(name).memory.settings.file_path
+            counts = graph_file_facts(path)
+            found.append({"tier": name, "file": str(path), "facts": counts[1] if counts else 0,
+                          "default": name == self.memory.settings.tier})
+        return found
+
+    def tier_graph(self, tier: str | None) -> dict[str, Any]:
+        """The graph of one tier, each entity marked with it, and the list of tiers for the selector."""
+        view = self.for_tier(tier)
+        data = view.graph()
+        name = view.memory.settings.tier
+        for entity in data["entities"]:
+            entity["tier"] = name
+        return {**data, "tier": name, "tiers": self.tiers()}
 
     def graph(self) -> dict[str, Any]:
         m = self.memory
@@ -6051,15 +6340,15 @@ class UiAuth:
         return None
 
 
-# What the page may read: path -> answer from the API and the query string's parameters (GET; changes are
-# POSTed to /api/op, see UI_OPS).
-UI_READS: dict[str, Callable[[UiApi, dict[str, str]], Any]] = {
-    "/api/version": lambda api, q: {"version": api.memory.version()},
-    "/api/graph": lambda api, q: api.graph(),
-    "/api/archived": lambda api, q: api.archived(q.get("name", "")),
-    "/api/search": lambda api, q: api.search(q.get("q", "")),
-    "/api/overview": lambda api, q: api.overview(),
-    "/api/history": lambda api, q: api.history(int(q.get("limit", "20") or 20)),
+# What the page may read: path -> its answer, from the API, the API of the tier the page shows (?tier=) and
+# the query string's parameters (GET; changes are POSTed to /api/op, see UI_OPS).
+UI_READS: dict[str, Callable[[UiApi, UiApi, dict[str, str]], Any]] = {  # (api, the chosen tier's api, query)
+    "/api/version": lambda api, view, q: {"version": view.memory.version()},
+    "/api/graph": lambda api, view, q: api.tier_graph(q.get("tier")),
+    "/api/archived": lambda api, view, q: view.archived(q.get("name", "")),
+    "/api/search": lambda api, view, q: view.search(q.get("q", "")),
+    "/api/overview": lambda api, view, q: view.overview(),
+    "/api/history": lambda api, view, q: view.history(int(q.get("limit", "20") or 20)),
 }
 
 
@@ -6202,8 +6491,9 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
                              (404, {"error": f"no such endpoint {url.path}"})))
                 return
             try:
+                view = api.for_tier(query.get("tier"))  # one tier's graph (unknown tier: 400 below)
                 with managed_heap():
-                    answer = read(api, query)
+                    answer = read(api, view, query)
                 self._json(200, answer)
             except (ValueError, OSError) as err:
                 self._json(400, {"error": str(err)})
@@ -6224,9 +6514,18 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
             body = self._read_json_object()
             if body is None:
                 return
+            tier = body.get("tier")
+            try:
+                if tier is not None and not isinstance(tier, str):
+                    raise ValueError("tier must be a string such as \"global\"; tiers here: "
+                                     + ", ".join(api.tier_names()))
+                view = api.for_tier(tier)
+            except ValueError as err:  # an unknown tier: refused like any bad op
+                self._json(200, ui_refusal(str(body.get("op")), str(err)))
+                return
             try:
                 with managed_heap():
-                    answer = api.op(body)
+                    answer = view.op(body)
                 self._json(200, answer)
             except Exception as err:  # the page gets a message, the server keeps serving
                 log(f"UI op failed: {err!r}")
@@ -6242,7 +6541,8 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
     temp = None
     if demo:
         temp = tempfile.TemporaryDirectory(prefix="graphmem-demo-")
-        settings = dataclasses.replace(settings, file_path=Path(temp.name) / "memory.jsonl")
+        settings = dataclasses.replace(settings, file_path=Path(temp.name) / "memory.jsonl", tier="file",
+                                       global_path=None)  # the demo never reads or edits a real tier
         write_demo_graph(settings)
     memory = Memory(settings, "ui")
     api = UiApi(memory)
@@ -6612,15 +6912,6 @@ TEAM_ATTRIBUTES = (f"{TEAM_DIR}/memory.jsonl merge=graphmem",  # fact-level thre
                    f"{TEAM_DIR}/archive/*.md merge=union")     # archived facts: keep both sides' lines
 
 
-def git(root: Path, *args: str) -> str | None:
-    """stdout of a git command in `root`, or None when git is missing or the command fails."""
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def init_team(root_hint: Path, command: list[str]) -> list[str]:
     """`graphmem --init`: the team folder, its .gitignore, the merge attributes and the driver. Idempotent."""
     root = work_tree_of(root_hint)
@@ -6763,6 +7054,134 @@ def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: s
         notes.append(f"{len(unreadable)} unreadable line(s) moved to {aside}")
     write_atomic(ours_path, serialise_graph(merged).encode("utf-8"))
     return notes
+
+
+# ── tiers on the command line: --projects, --init --move-private ──
+def graph_file_facts(path: Path) -> tuple[int, int] | None:
+    """(entities, facts) of a graph file, or None when there is none."""
+    data = _file_bytes(path)
+    if data is None:
+        return None
+    graph = parse_graph_bytes(data)
+    return len(graph.entities), graph.fact_count()
+
+
+def describe_tier_file(path: Path) -> str:
+    counts = graph_file_facts(path)
+    if counts is None:
+        return f"{path} (no file yet)"
+    when = utc_stamp(path.stat().st_mtime)
+    return f"{path}: {counts[1]} facts in {counts[0]} entities, last write {when}"
+
+
+def projects_report(settings: Settings, env: dict[str, str]) -> str:
+    """`graphmem --projects`: the tiers of the current directory (which one writes go to) and every private
+    project memory in the data dir. Read-only."""
+    project = settings.project
+    if settings.tier == "file":
+        lines = ["MEMORY_FILE_PATH is set: one file, no tiers.",
+                 f"  * file    {describe_tier_file(settings.file_path)}"]
+    elif project is None:
+        lines = ["Here: not inside a git work tree; the global memory is the only tier.",
+                 f"  * global  {describe_tier_file(settings.file_path)}"]
+    else:
+        lines = [f"Here: {project.root} (git work tree; identity {project.identity})",
+                 "  * marks the tier writes go to; reads span it and global (scope: \"global\" writes to global)"]
+        team = (describe_tier_file(project.team_path) if project.has_team
+                else "none (graphmem --init creates .graphmem/)")
+        private = describe_tier_file(project.private_path)
+        if project.has_team and project.private_path.exists():
+            private += " - NOT READ while .graphmem/ exists: graphmem --init --move-private moves it to the team"
+        lines += [f"  {'*' if project.has_team else ' '} team    {team}",
+                  f"  {' ' if project.has_team else '*'} private {private}",
+                  f"    global  {describe_tier_file(settings.global_path)}"]
+    folders = projects_dir(env)
+    known = sorted(f for f in folders.iterdir() if f.is_dir()) if folders.is_dir() else []
+    lines.append(f"Private project memories in {folders}: {len(known)}")
+    for folder in known:
+        data = read_project_json(folder)
+        graph = folder / "memory.jsonl"
+        counts = graph_file_facts(graph)
+        moved = sorted(folder.glob("memory.jsonl.moved-*"))
+        state = (f"{counts[1]} facts, last write {utc_stamp(graph.stat().st_mtime)}" if counts is not None else
+                 f"moved to a team tier ({moved[-1].name} kept)" if moved else "no facts yet")
+        paths = data.get("paths") or ["?"]
+        here = " (here)" if project is not None and folder == project.private_path.parent else ""
+        lines.append(f"  {data.get('identity', folder.name)}{here}: {state}; last path {paths[0]}"
+                     + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""))
+    return "\n".join(lines)
+
+
+def move_private(settings: Settings) -> list[str]:
+    """`graphmem --init --move-private`: every fact, entity and relation of the project's private memory goes
+    into the team file (a union, through the usual write path: nothing there is replaced or dropped). The
+    private file is then renamed to memory.jsonl.moved-<time> beside it, a backup. Secret-shaped facts are not
+    moved (the team file is committed); they stay in that backup. Idempotent: a second run finds nothing to move."""
+    project = settings.project
+    if project is None:
+        raise ConfigError("--move-private needs a git work tree")
+    private = project.private_path
+    before = _file_bytes(private)
+    graph = parse_graph_bytes(before or b"")
+    if not graph.entities and not graph.relations:
+        moved = sorted(private.parent.glob("memory.jsonl.moved-*"))
+        return [f"no private memory to move ({private})" + (f"; moved earlier: {moved[-1]}" if moved else "")]
+    team = Memory(dataclasses.replace(settings, file_path=project.team_path, tier="team", global_path=None), "init")
+    counts = {"entities": 0, "facts": 0, "relations": 0, "withheld": 0}
+    notes: list[str] = []
+
+    def change(tx: Transaction) -> str:
+        for entity in graph.entities:
+            if looks_like_secret(entity.name) or looks_like_secret(entity.entityType):
+                counts["withheld"] += len(entity.observations) + 1
+                continue
+            facts = [o for o in entity.observations if not looks_like_secret(o)]
+            counts["withheld"] += len(entity.observations) - len(facts)
+            target = tx.graph.get(entity.name)
+            if target is None:
+                tx.touch(entity.name)
+                tx.graph.entities.append(Entity(entity.name, entity.entityType, facts, dict(entity.extra)))
+                tx.graph.invalidate()
+                counts["entities"] += 1
+                counts["facts"] += len(facts)
+                continue
+            new = [o for o in dict.fromkeys(facts) if o not in target.observations]
+            if target.entityType != entity.entityType:
+                notes.append(f"{entity.name}: kept the team's type {target.entityType!r} "
+                             f"(private: {entity.entityType!r})")
+            if new:
+                tx.touch(entity.name)
+                target.observations.extend(new)
+                counts["facts"] += len(new)
+        existing = {r.key for r in tx.graph.relations}
+        for relation in graph.relations:
+            if relation.key not in existing and tx.graph.get(relation.frm) and tx.graph.get(relation.to) \
+                    and not looks_like_secret(relation.relationType):
+                tx.touch_relations()
+                tx.graph.relations.append(Relation(*relation.key))
+                existing.add(relation.key)
+                counts["relations"] += 1
+        return "moved"
+    team._call(lambda: team._mutate("move the private memory into the team tier", change), use=False)
+    done = [f"moved into {TEAM_DIR}/memory.jsonl: {counts['entities']} new entities, {counts['facts']} facts, "
+            f"{counts['relations']} relations (what the team file had already was kept as it was)"]
+    done += notes
+    backup = private.with_name(f"memory.jsonl.moved-{utc_stamp(fmt='%Y%m%dT%H%M%SZ')}")
+    with GraphStore(dataclasses.replace(settings, file_path=private)).lock():  # no private write in between
+        unchanged = _file_bytes(private) == before
+        if unchanged:
+            os.replace(private, backup)
+    if not unchanged:
+        return done + [f"{private} changed while moving (a server still writes there); run --init --move-private "
+                       "again to move the rest (nothing moves twice)"]
+    done.append(f"the private file is kept as a backup: {backup}")
+    if counts["withheld"]:
+        done.append(f"{counts['withheld']} secret-shaped item(s) were not moved (the team file is committed); "
+                    "they are only in that backup")
+    archive = side_file_names(private)[1]
+    if archive.is_dir() and any(archive.glob("*.md")):
+        done.append(f"archived private facts stay in {archive} (not moved; restore any into the team by hand)")
+    return done
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -7296,7 +7715,8 @@ SETTINGS_TABLE = (
     ("MEMORY_GUARDRAIL_MAX_DROP", "guardrail_max_drop", "largest probe hit-rate drop --compact accepts"),
     ("MEMORY_PRICE_PER_MTOK", "price_per_mtok", "dollars per million input tokens, for --report"),
     ("MEMORY_PRICE_MODEL", "price_model", "the model that price is for"),
-    ("MEMORY_PROJECT_ROOT", "project_root", "where code anchors resolve"),
+    ("MEMORY_PROJECT_ROOT", "project_root",
+     "the project (its git work tree) whose memory is used; where code anchors resolve"),
 )
 PATH_FIELDS = {"file_path", "project_root"}
 
@@ -7304,7 +7724,8 @@ PATH_FIELDS = {"file_path", "project_root"}
 def setting_default(field: str) -> str:
     """The default Settings gives a field, in words where it is worked out at start-up."""
     if field == "file_path":
-        return f"{default_memory_path(dict(os.environ))} (per-user data dir)"
+        return (f"the project's memory in a git work tree (graphmem --projects), else "
+                f"{default_memory_path(dict(os.environ))} (per-user data dir)")
     default = {f.name: f.default for f in dataclasses.fields(Settings)}[field]
     return "the working directory" if default is None else str(default)
 
@@ -7552,6 +7973,26 @@ def markdown_command(settings: Settings, export: list[str] | None, source: Path 
     return 0
 
 
+def init_command(move: bool) -> int:
+    """--init [--move-private]: set up the team tier; move the private memory into it, or say how."""
+    root = Path(os.environ.get("MEMORY_PROJECT_ROOT", "").strip() or Path.cwd()).expanduser()
+    for line in init_team(root, server_command()):
+        print(line)
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_FILE_PATH"}  # the project's tiers, whatever is set
+    settings = Settings.from_env({**env, "MEMORY_PROJECT_ROOT": str(root)})
+    if move:
+        for line in move_private(settings):
+            print(line)
+    elif settings.project is not None:
+        counts = graph_file_facts(settings.project.private_path)
+        if counts and counts[1]:
+            print(f"This project has a private memory ({counts[1]} facts, {settings.project.private_path}), not read "
+                  "while .graphmem/ exists: graphmem --init --move-private moves it into the team tier.")
+    print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
+          "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="graphmem", description="Lean, self-curating MCP memory server (stdio). "
                                 "With no options it serves MCP on stdin/stdout for an agent: set one up with "
@@ -7590,6 +8031,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true", help="with --lint: heal git conflict markers, keeping both sides")
     p.add_argument("--init", action="store_true",
                    help="share this repository's memory with the team: .graphmem/, .gitattributes, the merge driver")
+    p.add_argument("--move-private", action="store_true",
+                   help="with --init: move this project's private memory into the team tier (a backup stays)")
+    p.add_argument("--projects", action="store_true",
+                   help="the memory tiers here (which one writes go to) and every private project memory")
     p.add_argument("--merge", nargs="+", metavar="FILE",
                    help="git merge driver: --merge BASE OURS THEIRS [PATH] (registered by --init)")
     return p
@@ -7609,13 +8054,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.merge:
             return merge_command(args.merge)
         if args.init:
-            root = Path(os.environ.get("MEMORY_PROJECT_ROOT", "").strip() or Path.cwd()).expanduser()
-            for line in init_team(root, server_command()):
-                print(line)
-            print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
-                  "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
-            return 0
+            return init_command(args.move_private)
+        if args.move_private:
+            raise ConfigError("--move-private goes with --init: graphmem --init --move-private")
         settings = Settings.from_env()
+        if args.projects:
+            print(projects_report(settings, dict(os.environ)))
+            return 0
         if args.context:
             return print_briefing(settings, args.budget, args.query, args.hook_json)
         if args.export or args.import_path:

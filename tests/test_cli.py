@@ -46,9 +46,10 @@ def test_memory_file_path_relative_to_working_directory_and_folder_refused(tmp_p
 
 
 def test_default_path_is_a_per_user_data_directory(tmp_path):
-    settings = ms.Settings.from_env({"XDG_DATA_HOME": str(tmp_path)}) if os.name != "nt" else None
+    outside = {"XDG_DATA_HOME": str(tmp_path), "MEMORY_PROJECT_ROOT": str(tmp_path)}  # not a git work tree
+    settings = ms.Settings.from_env(outside) if os.name != "nt" else None
     if settings:
-        assert settings.file_path == tmp_path / "graphmem" / "memory.jsonl"
+        assert settings.file_path == tmp_path / "graphmem" / "memory.jsonl" and settings.tier == "global"
 
 
 def test_protocol_and_skill(tmp_path):

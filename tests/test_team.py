@@ -245,7 +245,7 @@ def serve_in(cwd: Path, home: Path, calls: list[tuple[str, dict]]) -> list[tuple
     return [(replies[i + 1]["content"][0]["text"], replies[i + 1].get("isError", False)) for i in range(len(calls))]
 
 
-def test_in_a_team_project_personal_memory_is_read_alongside_and_written_with_scope_global(repo, tmp_path):
+def test_in_a_team_project_global_memory_is_read_alongside_and_written_with_scope_global(repo, tmp_path):
     home = repo.parent  # env_for(cwd.parent) gives this HOME too
     personal = home / ".local" / "share" / "graphmem" / "memory.jsonl"
     personal.parent.mkdir(parents=True)
@@ -260,11 +260,11 @@ def test_in_a_team_project_personal_memory_is_read_alongside_and_written_with_sc
         ("read_graph", {}),
     ])
     recall, search, opened, global_write, project_write, delete, index = out
-    assert index[0].startswith("Team memory of shop (.graphmem/memory.jsonl") and "personal memory" in index[0]
-    assert "me (2)" in index[0].split("== personal memory")[1]
-    assert "prefers tabs over spaces" in recall[0] and "personal memory" in recall[0]
+    assert index[0].startswith("Team memory of shop (.graphmem/memory.jsonl); your global memory follows")
+    assert "me (2)" in index[0].split("== global memory")[1]
+    assert "prefers tabs over spaces" in recall[0] and "== global memory" in recall[0]
     assert ms_tokens(recall[0]) <= 300
-    assert "Postgres 16" in search[0] and "personal memory" not in search[0]
+    assert "Postgres 16" in search[0] and "global memory" not in search[0]
     assert "written in Go" in opened[0] and "prefers tabs" in opened[0] and not opened[1]
     assert not global_write[1] and not project_write[1] and not delete[1], out
     assert entities(personal)["me"]["observations"] == ["prefers tabs over spaces", "uses vim"]

@@ -4819,14 +4819,18 @@ class Memory:
         self.index.refresh(graph, self.store.generation)
         return graph
 
-    def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
-        """Run a tool: (text, is_error). Never raises for bad input."""
-        answer, is_error = self.answer_tool(name, arguments)
+    def call_tool(self, name: str, arguments: Any, client: str | None = None) -> tuple[str, bool]:
+        """Run a tool: (text, is_error). Never raises for bad input. client: who acts, for this call only
+        (the ledger, history and fact sources record it); None: the client this Memory serves."""
+        answer, is_error = self.answer_tool(name, arguments, client)
         return render_text(answer), is_error
 
-    def answer_tool(self, name: str, arguments: Any) -> tuple[Answer, bool]:
+    def answer_tool(self, name: str, arguments: Any, client: str | None = None) -> tuple[Answer, bool]:
         """Run a tool: (its answer as data, is_error). Writes answer a WriteResult (render_text makes the
         model's text, as_json the UI's), reads answer text. Never raises for bad input."""
+        if client is not None and client != self.client:
+            with self.acting_as(client):
+                return self.answer_tool(name, arguments)
         tool = TOOLS_BY_NAME.get(name)
         if tool is None:
             raise KeyError(name)
@@ -4845,6 +4849,17 @@ class Memory:
             return self._run_tool(tool, arguments)
         finally:
             self._record_project()
+
+    @contextlib.contextmanager
+    def acting_as(self, client: str) -> Iterator[None]:
+        """Record `client` as the actor of what runs inside (one call: an agent's, or a UI op), holding the
+        lock so no other thread's call is recorded under it."""
+        with self.lock:
+            previous, self.client = self.client, client
+            try:
+                yield
+            finally:
+                self.client = previous
 
     def _run_tool(self, tool: "Tool", arguments: dict[str, Any]) -> tuple[Answer, bool]:
         with self.lock:
@@ -4865,7 +4880,7 @@ class Memory:
         """A call in a project: writes go to the project unless scope is "global"; reads span both graphs (the
         global one marked); deletes and edits act where the entity lives. None: run it on the project graph."""
         if name in ("create_entities", "add_observations", "create_relations"):
-            return self.global_memory(create=True).answer_tool(name, args) if scope == "global" else None
+            return self.global_memory(create=True).answer_tool(name, args, self.client) if scope == "global" else None
         other = self.global_memory(create=False)
         if other is None:  # no global memory yet: nothing to read alongside or to act on
             return None
@@ -4878,14 +4893,14 @@ class Memory:
             if not elsewhere:
                 return None
             here = [n for n in args["names"] if n not in elsewhere]
-            text, _ = other.call_tool(name, {"names": elsewhere})
+            text, _ = other.call_tool(name, {"names": elsewhere}, self.client)
             if here:
                 local, error = self.call_tool(name, {"names": here})
                 return f"{local}\n{GLOBAL_HEADER}\n{text}", error
             return f"{GLOBAL_HEADER}\n{text}", False
         named = tier_entity_names(name, args)
         if named and all(other.graph().get(n) and not self.graph().get(n) for n in named):
-            return other.answer_tool(name, args)
+            return other.answer_tool(name, args, self.client)
         return None
 
     def global_memory(self, create: bool) -> "Memory | None":
@@ -4915,7 +4930,7 @@ class Memory:
             extra["budget"] = left
         elif name == "search_nodes" and not other.index.match_entities(args["query"]):
             return text, error
-        more, more_error = other.call_tool(name, extra)
+        more, more_error = other.call_tool(name, extra, self.client)
         combined = f"{text}\n{GLOBAL_HEADER}\n{more}"
         if more_error or (name == "recall" and estimate_tokens(combined) > budget):
             return text, error
@@ -6205,16 +6220,13 @@ class UiApi:
                     return ui_refusal(name, f"{name} needs texts (a list of strings)")
             elif not isinstance(value, str):
                 return ui_refusal(name, f"{name} needs {field} (a string)")
-        with self.memory.lock:  # the acting client is "ui" for exactly this op, never for an agent's call
-            previous, self.memory.client = self.memory.client, "ui"
+        with self.memory.acting_as("ui"):  # exactly this op, never an agent's call
             try:
                 answer, is_error = run(self.memory, *[body[f] for f in fields])
             except ToolError as err:
                 answer, is_error = WriteResult.refusal(name, err), True
             except StoreError as err:
                 answer, is_error = WriteResult.refusal(name, f"Not saved: {err}.", "not_saved"), True
-            finally:
-                self.memory.client = previous
         return ui_reply(answer, is_error)
 
 

@@ -773,3 +773,23 @@ def test_a_refused_secret_is_never_quoted_back(tmp_path):
     text, is_error = mem.call_tool("add_observations", {"observations": [{"entityName": "svc",
                                                                           "contents": [f"ci token is {secret}"]}]})
     assert is_error and "credential" in text and secret[:12] not in text
+
+
+def test_the_acting_client_is_an_argument_of_one_call(tmp_path):
+    """call_tool(..., client=X) records X for that call only (history, ledger, fact source); the Memory's own
+    client is back for the next call, also when the call fails."""
+    mem = make_memory(tmp_path, [("Api", "service", ["written in Go"])])
+    mem.client = "claude-code"
+    text, error = mem.call_tool("add_observations", {"observations": [{"entityName": "Api", "contents": ["uses gRPC"]}]},
+                                client="ui")
+    assert not error, text
+    mem.call_tool("open_nodes", {"names": ["Api"]}, client="codex")
+    mem.call_tool("add_observations", {"observations": [{"entityName": "Nope", "contents": ["x"]}]}, client="cursor")
+    mem.call_tool("add_observations", {"observations": [{"entityName": "Api", "contents": ["port 8080"]}]})
+    assert mem.client == "claude-code"
+    assert mem.meta.states[("Api", "uses gRPC")].client == "ui"
+    assert mem.meta.states[("Api", "port 8080")].client == "claude-code"
+    clients = [row[0] for row in mem.meta.conn.execute("SELECT client FROM history ORDER BY id")]
+    assert clients == ["ui", "claude-code"]
+    ledger = {row[0] for row in mem.meta.conn.execute("SELECT client FROM ledger_days")}
+    assert "codex" in ledger and "ui" not in ledger

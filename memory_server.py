@@ -5246,9 +5246,10 @@ class HttpError(Exception):
     """An HTTP refusal: status, a message for the client, extra headers, and a JSON-RPC code when the body
     should be a JSON-RPC error (without id, as the spec allows)."""
 
-    def __init__(self, status: int, message: str, code: int | None = None, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, message: str, code: int | None = None, headers: dict[str, str] | None = None,
+                 rid: Any = None):
         super().__init__(message)
-        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
+        self.status, self.message, self.code, self.headers, self.rid = status, message, code, headers or {}, rid
 
 
 class HttpSession(McpServer):
@@ -5271,9 +5272,10 @@ class HttpMcp:
     graph, the handshake-era sessions, and the lock that serialises message handling."""
 
     def __init__(self, settings: Settings, env: dict[str, str], token: str, host: str,
-                 allowed_origins: Iterable[str] = ()):
+                 allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()):
         self.settings, self.env, self.token, self.host = settings, env, token, host
         self.allowed_origins = {o.rstrip("/") for o in allowed_origins}
+        self.allowed_hosts = {h.lower() for h in allowed_hosts}  # names a reverse proxy passes on (--allow-host)
         self.port = 0  # set once bound
         self.calls = threading.Lock()
         self._memories: dict[tuple[Path, Path | None], Memory] = {}
@@ -5290,7 +5292,7 @@ class HttpMcp:
         if self.host not in LOOPBACK_NAMES:
             return True
         name, port = split_host_port(header)
-        return name in LOOPBACK_NAMES and port == self.port
+        return (name in LOOPBACK_NAMES and port == self.port) or name in self.allowed_hosts
 
     def origin_ok(self, origin: str | None) -> bool:
         """No Origin (not a browser), a loopback page, or an origin allowed with --allow-origin."""
@@ -5336,14 +5338,15 @@ class HttpMcp:
             self._sessions.popitem(last=False)
         return sid, session
 
-    def session(self, sid: str | None) -> HttpSession:
+    def session(self, sid: str | None, rid: Any = None) -> HttpSession:
         if not sid:
             raise HttpError(400, f"Bad Request: no {HTTP_SESSION_HEADER} header; send initialize first and "
-                                 f"repeat the {HTTP_SESSION_HEADER} it returns", INVALID_REQUEST)
+                                 f"repeat the {HTTP_SESSION_HEADER} it returns (or, in protocol 2026-07-28, "
+                                 f"_meta[\"{META_VERSION}\"] on every request)", INVALID_REQUEST, rid=rid)
         session = self._sessions.get(sid)
         if session is None:
             raise HttpError(404, "Session not found: it ended or the server restarted; send initialize again",
-                            INVALID_REQUEST)
+                            INVALID_REQUEST, rid=rid)
         self._sessions.move_to_end(sid)
         session.used = time.monotonic()
         return session
@@ -5358,7 +5361,8 @@ class HttpMcp:
         """Handle one parsed POST body with the lock held. Raises HttpError for refusals."""
         with self.calls:
             memory = self.memory_for(headers.get(HTTP_PROJECT_HEADER))
-            if is_modern_message(body):
+            if is_modern_message(body) or (headers.get(HTTP_VERSION_HEADER) in MODERN_VERSIONS and isinstance(
+                    body, dict) and body.get("method") != "initialize"):
                 return self.modern_exchange(body, headers, memory)
             return self.legacy_exchange(body, headers, memory)
 
@@ -5369,6 +5373,12 @@ class HttpMcp:
             return 400, _error(message.get("id"), HEADER_MISMATCH, f"Header mismatch: {problem}"), {}
         session = HttpSession(memory.settings)
         session.current = memory
+        if "id" in message and _valid_id(message.get("id")) and not valid_modern_meta(message):
+            params = message.get("params") if isinstance(message.get("params"), dict) else {}
+            try:  # McpServer.modern refuses an incomplete _meta first thing, with its own message
+                session.modern(str(message.get("method")), params, params.get("_meta") or {})
+            except RpcError as err:
+                return 400, _error(message["id"], err.code, err.message, err.data), {}
         reply = session.handle(message)
         if reply is None:
             return 202, None, {}
@@ -5382,11 +5392,12 @@ class HttpMcp:
             sid, session = self.new_session()
             extra[HTTP_SESSION_HEADER] = sid
         else:
-            session = self.session(headers.get(HTTP_SESSION_HEADER))
+            rid = body.get("id") if isinstance(body, dict) and _valid_id(body.get("id")) else None
+            session = self.session(headers.get(HTTP_SESSION_HEADER), rid)
             version = headers.get(HTTP_VERSION_HEADER)
             if version is not None and version != session.version:
                 raise HttpError(400, f"Bad Request: {HTTP_VERSION_HEADER} {version!r} is not the version this "
-                                     f"session negotiated ({session.version})", INVALID_REQUEST)
+                                     f"session negotiated ({session.version})", INVALID_REQUEST, rid=rid)
         session.current = memory
         session.settings = memory.settings
         reply = session.handle_batch(body) if isinstance(body, list) else session.handle(body)
@@ -5414,11 +5425,21 @@ def is_modern_message(body: Any) -> bool:
     return isinstance(params, dict) and isinstance(params.get("_meta"), dict) and META_VERSION in params["_meta"]
 
 
+def valid_modern_meta(message: Any) -> bool:
+    """Whether params._meta carries the protocol version (a string) and the client capabilities (an object)."""
+    meta = (message.get("params") or {}).get("_meta") if isinstance(message, dict) else None
+    return isinstance(meta, dict) and isinstance(meta.get(META_VERSION), str) and isinstance(
+        meta.get(META_CAPABILITIES), dict)
+
+
 def header_mismatch(message: dict[str, Any], headers: Any) -> str | None:
     """Why the 2026-07-28 request headers (MCP-Protocol-Version, Mcp-Method, Mcp-Name) do not match the body,
-    or None."""
-    params = message.get("params") or {}
-    expected = [(HTTP_VERSION_HEADER, params["_meta"].get(META_VERSION)), ("Mcp-Method", message.get("method"))]
+    or None. A body without a protocol version in _meta is McpServer's to refuse (-32602), not a mismatch."""
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    expected = [("Mcp-Method", message.get("method"))]
+    if META_VERSION in meta:
+        expected.insert(0, (HTTP_VERSION_HEADER, meta[META_VERSION]))
     if message.get("method") == "tools/call":
         expected.append(("Mcp-Name", params.get("name")))
     for name, body_value in expected:
@@ -5478,7 +5499,8 @@ def make_http_handler(mcp: HttpMcp) -> type:
         sys_version = ""
         protocol_version = "HTTP/1.1"  # keep-alive: a client's requests reuse one connection
         timeout = HTTP_READ_TIMEOUT  # a slow or silent client loses its connection, never a thread of ours
-        disable_nagle_algorithm = True  # headers and body go out in two writes: without it each reply waits ~40 ms
+        disable_nagle_algorithm = True  # without it a reply in two writes waits ~40 ms for a delayed ACK
+        wbufsize = 64 * 1024  # headers and body leave in one write (flushed by _write)
 
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet: errors are logged where they happen
             pass
@@ -5516,7 +5538,7 @@ def make_http_handler(mcp: HttpMcp) -> type:
 
         def _refuse(self, err: HttpError) -> None:
             if err.code is not None:
-                body = dump_json_line(_error(None, err.code, err.message)).encode("utf-8")
+                body = dump_json_line(_error(err.rid, err.code, err.message)).encode("utf-8")
                 ctype = "application/json"
             else:
                 body, ctype = (err.message + "\n").encode("utf-8"), "text/plain; charset=utf-8"
@@ -5585,7 +5607,7 @@ def make_http_handler(mcp: HttpMcp) -> type:
                 return
             except Exception as err:  # never a silent drop: the client gets a JSON-RPC error
                 log(f"internal error over HTTP: {err!r}")
-                self._refuse(HttpError(500, f"Internal error: {type(err).__name__}", INTERNAL_ERROR))
+                self._refuse(HttpError(500, f"Internal error: {type(err).__name__}: {err}", INTERNAL_ERROR))
                 return
             self._reply(status, reply, headers)
 
@@ -5632,14 +5654,14 @@ def http_token(env: dict[str, str]) -> tuple[str, bool]:
 
 
 def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_key: Path | None = None,
-               allowed_origins: Iterable[str] = ()) -> int:
+               allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()) -> int:
     """graphmem --http [HOST:]PORT: MCP at http(s)://HOST:PORT/mcp until Ctrl-C or SIGTERM."""
     import socketserver
     from http.server import ThreadingHTTPServer
     host, port = parse_bind(bind)
     env = dict(os.environ)
     token, generated = http_token(env)
-    mcp = HttpMcp(settings, env, token, host, allowed_origins)
+    mcp = HttpMcp(settings, env, token, host, allowed_origins, allowed_hosts)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("GraphmemHttpServer", (ThreadingHTTPServer,), {"address_family": family,
                                                                         "daemon_threads": True,
@@ -5672,6 +5694,7 @@ def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_
         pass
     finally:
         server.server_close()
+        mcp.calls.acquire(timeout=HTTP_READ_TIMEOUT)  # let a call in flight finish its write before we exit
     return 0
 
 
@@ -7558,6 +7581,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, metavar="FILE", help="with --http: the certificate's private key (PEM)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="with --http: a browser origin allowed besides loopback pages (e.g. https://app.example)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="with --http on loopback: a Host name a reverse proxy in front may pass on (e.g. mem.example)")
     p.add_argument("--no-open", action="store_true", help="with --ui: print the link, do not open a browser")
     p.add_argument("--demo", action="store_true", help="with --ui: a temporary copy of a fictional demo graph")
     p.add_argument("--lint", action="store_true", help="read-only health report of the graph")
@@ -7624,7 +7649,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ui is not None:
             return serve_ui(settings, args.ui, not args.no_open, args.demo)
         if args.http:
-            return serve_http(settings, args.http, args.tls_cert, args.tls_key, args.allow_origin)
+            return serve_http(settings, args.http, args.tls_cert, args.tls_key, args.allow_origin, args.allow_host)
         if args.lint or args.compact or args.report or args.probe or args.probes or args.remove_probe:
             memory = Memory(settings, "cli")
             if args.probe or args.probes or args.remove_probe:

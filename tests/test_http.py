@@ -207,6 +207,16 @@ def test_dns_rebinding_a_foreign_host_header_gets_403(srv):
                     {"Host": f"localhost:{srv.port}"})[0] == 200
 
 
+def test_allow_host_admits_a_name_a_reverse_proxy_passes_on(tmp_path):
+    s = HttpServer(tmp_path, "--allow-host", "mem.example")
+    try:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}
+        assert s.post(body, {"Host": "mem.example"})[0] == 200
+        assert s.post(body, {"Host": "other.example"})[0] == 403
+    finally:
+        s.stop()
+
+
 def test_a_generated_token_is_printed_once_on_stderr_and_works(tmp_path):
     s = HttpServer(tmp_path, token=None)
     try:
@@ -246,7 +256,13 @@ def test_a_body_over_the_limit_gets_413_without_being_read_and_the_server_keeps_
         sock.sendall((f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nAuthorization: Bearer {TOKEN}\r\n"
                       f"Content-Type: application/json\r\nContent-Length: {5 * 1024 * 1024}\r\n\r\n").encode()
                      + b"[" * 1000)
-        answer = sock.recv(4096).decode()
+        answer = b""
+        while b"limit" not in answer:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        answer = answer.decode()
     assert answer.startswith("HTTP/1.1 413") and "limit" in answer
     assert srv.initialize()[1]["result"]
 
@@ -296,7 +312,7 @@ def test_legacy_era_initialize_list_call_with_a_session(srv):
 
 def test_legacy_requests_need_a_known_session_and_the_negotiated_version(srv):
     status, _, body = srv.post({"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
-    assert status == 400 and "Mcp-Session-Id" in body["error"]["message"]
+    assert status == 400 and "Mcp-Session-Id" in body["error"]["message"] and body["id"] == 5
     status, _, body = srv.post({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}, {"Mcp-Session-Id": "nope"})
     assert status == 404 and "initialize" in body["error"]["message"]
     sid, _ = srv.initialize()
@@ -380,6 +396,17 @@ def test_modern_era_header_rules(srv):
     assert status == 400 and reply["error"]["code"] == -32022 and reply["error"]["data"]["supported"] == [MODERN]
     status, _, reply = srv.modern("resources/list")
     assert status == 404 and reply["error"]["code"] == -32601
+    no_meta = {"jsonrpc": "2.0", "id": 11, "method": "tools/list", "params": {}}
+    status, _, reply = srv.post(no_meta, {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"})
+    assert status == 400 and reply["error"]["code"] == -32602 and reply["id"] == 11
+    discover = {"jsonrpc": "2.0", "id": 12, "method": "server/discover", "params": {}}
+    status, _, reply = srv.post(discover, {"MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"})
+    assert status == 400 and reply["error"]["code"] == -32602 and reply["id"] == 12
+    half_meta = {**no_meta, "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}}}
+    status, _, reply = srv.post(half_meta, {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"})
+    assert status == 400 and reply["error"]["code"] == -32602 and "clientCapabilities" in reply["error"]["message"]
+    status, _, reply = srv.modern("tools/call", {"name": "no_such_tool", "arguments": {}})
+    assert status == 200 and reply["error"]["code"] == -32602  # a JSON-RPC error about the call, not the request
 
 
 # ── concurrency and failure ──

@@ -15,7 +15,8 @@
 #
 # Sections:
 #   sdk          MCP Python SDK: ClientSession (legacy) and Client(mode="auto")
-#                via tools/sdk_client_check.py
+#                via tools/sdk_client_check.py, over stdio and over Streamable HTTP
+#                (graphmem --http on a free loopback port)
 #   inspector    MCP Inspector CLI, --protocol-era legacy|auto|modern:
 #                tools/list --strict and one tools/call per era
 #   conformance  @modelcontextprotocol/conformance 0.1.16 and 0.2.0-alpha against
@@ -264,6 +265,22 @@ if want sdk; then
     case "$st" in PASS|FAIL|INFO) record "$st" "sdk $name" "${detail:0:300}"; n=$((n + 1)) ;; esac
   done <"$WORK/sdk.out"
   [ "$n" -eq 0 ] && record FAIL "sdk run" "rc=$rc, no output; $(tail -c 300 "$WORK/sdk.err")"
+  # The same checks over the SDK's Streamable HTTP client, against graphmem --http on a free loopback port.
+  PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  MEMORY_HTTP_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') && export MEMORY_HTTP_TOKEN
+  if start_http_server sdk-http-server "$WORK/sdk-http-memory.jsonl"; then
+    "$PY" "$CLIENT_PY" --http "http://127.0.0.1:$PORT/mcp" >"$WORK/sdk-http.out" 2>"$WORK/sdk-http.err"
+    rc=$?
+    n=0
+    while read -r st name detail; do
+      case "$st" in PASS|FAIL|INFO) record "$st" "sdk-http $name" "${detail:0:300}"; n=$((n + 1)) ;; esac
+    done <"$WORK/sdk-http.out"
+    [ "$n" -eq 0 ] && record FAIL "sdk-http run" "rc=$rc, no output; $(tail -c 300 "$WORK/sdk-http.err")"
+  else
+    record FAIL "sdk-http server" "graphmem --http did not come up (see $WORK/sdk-http-server.log)"
+  fi
+  kill "$HTTP_PID" 2>/dev/null; wait "$HTTP_PID" 2>/dev/null
+  unset MEMORY_HTTP_TOKEN
 fi
 
 # --- (b) MCP Inspector CLI

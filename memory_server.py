@@ -5224,10 +5224,11 @@ def serve_stdio(settings: Settings) -> int:
 # ════════════════════════════════════════════════════════════════════════════
 # The same McpServer handles every message; this section only carries them over HTTP (spec 2025-11-25
 # "Streamable HTTP" for the handshake era, 2026-07-28 for the stateless era) and decides who may send them.
-# Concurrency: one lock serialises message handling in the process. Writes are serialised by the graph's
-# file lock anyway, and search is pure Python under the GIL, so a second thread would wait either way; with
-# the lock, Memory, its SQLite connection and its caches are never used by two threads at once
-# (tools/bench_http.py measures what this costs: see README "Remote").
+# Concurrency: one lock serialises message handling in the process. Memory already runs each tool under its
+# own lock, writes are serialised by the graph's file lock, and search is pure Python under the GIL, so a
+# second thread would wait either way; the outer lock adds that the sessions, the project cache, McpServer's
+# per-session state and the tier routing around a tool run are never touched by two threads at once. What
+# runs in parallel is the HTTP work: reading, parsing and writing (tools/bench_http.py; README "Remote").
 
 HTTP_ENDPOINT = "/mcp"
 HTTP_BODY_LIMIT = 4 * 1024 * 1024  # bytes; create_entities with 1000 facts of 300 chars is ~0.4 MB (guess x10)
@@ -5238,13 +5239,15 @@ HTTP_TOKEN_ENV = "MEMORY_HTTP_TOKEN"
 HTTP_SESSION_HEADER = "Mcp-Session-Id"
 HTTP_VERSION_HEADER = "MCP-Protocol-Version"
 HEADER_MISMATCH = -32020  # MCP 2026-07-28: headers and body disagree, or a required header is missing
+MISSING_CAPABILITY = -32021  # MCP 2026-07-28: the request needs a client capability it did not declare
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-STATUS_OF_MODERN_ERROR = {UNSUPPORTED_VERSION: 400, HEADER_MISMATCH: 400, -32021: 400, METHOD_NOT_FOUND: 404}
+STATUS_OF_MODERN_ERROR = {UNSUPPORTED_VERSION: 400, HEADER_MISMATCH: 400, MISSING_CAPABILITY: 400,
+                          METHOD_NOT_FOUND: 404}  # the 2026-07-28 transport's statuses; other errors ride a 200
 
 
 class HttpError(Exception):
     """An HTTP refusal: status, a message for the client, extra headers, and a JSON-RPC code when the body
-    should be a JSON-RPC error (without id, as the spec allows)."""
+    should be a JSON-RPC error (with the request's id when it is known, else none, as the spec allows)."""
 
     def __init__(self, status: int, message: str, code: int | None = None, headers: dict[str, str] | None = None,
                  rid: Any = None):
@@ -5259,7 +5262,6 @@ class HttpSession(McpServer):
     def __init__(self, settings: Settings):
         super().__init__(settings, warm_up=False)
         self.current: Memory | None = None
-        self.used = time.monotonic()
 
     def memory(self) -> Memory:
         assert self.current is not None, "the HTTP server binds a Memory before handling a message"
@@ -5348,7 +5350,6 @@ class HttpMcp:
             raise HttpError(404, "Session not found: it ended or the server restarted; send initialize again",
                             INVALID_REQUEST, rid=rid)
         self._sessions.move_to_end(sid)
-        session.used = time.monotonic()
         return session
 
     def end_session(self, sid: str | None) -> None:
@@ -5559,7 +5560,8 @@ def make_http_handler(mcp: HttpMcp) -> type:
                 why = "no Authorization header" if auth is None else "wrong token"
                 challenge = 'Bearer realm="graphmem"' + ("" if auth is None else ', error="invalid_token"')
                 raise HttpError(401, f"Unauthorized: {why}; send Authorization: Bearer <token> (the token the "
-                                     f"server printed, or its {HTTP_TOKEN_ENV})", headers={"WWW-Authenticate": challenge})
+                                     f"server printed, or its {HTTP_TOKEN_ENV})",
+                                headers={"WWW-Authenticate": challenge})
 
         def _drain(self) -> None:
             """Read a small unread body before refusing, so closing the connection does not reset it under the
@@ -5587,7 +5589,8 @@ def make_http_handler(mcp: HttpMcp) -> type:
             try:
                 raw = self.rfile.read(length)
             except OSError:
-                raise HttpError(408, f"Request Timeout: the body did not arrive within {HTTP_READ_TIMEOUT:.0f} s") from None
+                raise HttpError(408, f"Request Timeout: the body did not arrive within "
+                                     f"{HTTP_READ_TIMEOUT:.0f} s") from None
             if len(raw) < length:
                 raise HttpError(400, "Bad Request: the body is shorter than its Content-Length")
             try:

@@ -29,7 +29,8 @@ class HttpServer:
     def __init__(self, tmp: Path, *args: str, token: str | None = TOKEN, env: dict[str, str] | None = None,
                  own_file: bool = True, bind: str = "127.0.0.1:0"):
         self.memory_file = tmp / "mem" / "memory.jsonl" if own_file else None
-        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg")}
+        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
+                    "XDG_DATA_HOME": str(tmp / "xdg")}
         if self.memory_file:
             self.memory_file.parent.mkdir(parents=True, exist_ok=True)
             full_env["MEMORY_FILE_PATH"] = str(self.memory_file)
@@ -419,9 +420,9 @@ def test_four_concurrent_clients_writing_25_facts_each_lose_nothing(tmp_path):
             conn = s.connect()
             sid, _ = s.initialize(conn=conn)
             for j in range(25):
-                text, is_error = s.call(sid, "create_entities", {"entities": [
-                    {"name": f"client{n}-fact{j}", "entityType": "note", "observations": [f"client {n} wrote fact {j}"]}]},
-                    conn=conn)
+                fact = {"name": f"client{n}-fact{j}", "entityType": "note",
+                        "observations": [f"client {n} wrote fact {j}"]}
+                text, is_error = s.call(sid, "create_entities", {"entities": [fact]}, conn=conn)
                 if is_error:
                     errors.append(text)
             conn.close()
@@ -464,7 +465,8 @@ def test_a_client_killed_mid_request_leaves_the_file_intact_and_the_server_servi
     s = HttpServer(tmp_path)
     try:
         sid, _ = s.initialize()
-        s.call(sid, "create_entities", {"entities": [{"name": "Before", "entityType": "note", "observations": ["kept"]}]})
+        s.call(sid, "create_entities", {"entities": [{"name": "Before", "entityType": "note",
+                                                      "observations": ["kept"]}]})
         client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, str(s.port), TOKEN, "400", how],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert client.stdout.readline() == b"sent\n"

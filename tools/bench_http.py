@@ -97,7 +97,8 @@ class StdioTarget:
             return json.loads(proc.stdout.readline())
 
         exchange({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-stdio", "version": "1"}}})
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench-stdio", "version": "1"}}})
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         exchange(call_message(1, "search_nodes", {"query": "warm up"}, False))  # load the graph before timing
 
@@ -162,7 +163,8 @@ def main() -> int:
     args = ap.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     entities, relations = generate_graph(args.facts, seed=7)
-    words = sorted({w for e in entities for o in e["observations"] for w in o.lower().split() if w.isalpha() and len(w) > 4})
+    words = sorted({w for e in entities for o in e["observations"] for w in o.lower().split()
+                    if w.isalpha() and len(w) > 4})
     rng = random.Random(7)
     facts = sum(len(e["observations"]) for e in entities)
     print(f"graph: {len(entities)} entities, {facts} facts (tools/bench.py generator); machine: {os.cpu_count()} cores")
@@ -175,10 +177,11 @@ def main() -> int:
             target = HttpTarget(graph) if kind == "http" else StdioTarget(graph)
             try:
                 for clients in counts:
-                    searches = [("search_nodes", {"query": " ".join(rng.sample(words, 2))}) for _ in range(args.searches)]
-                    writes = [("create_entities", {"entities": [{"name": f"bench-{kind}-{clients}-{i}", "entityType": "note",
-                                                                 "observations": [f"bench fact {i} {rng.choice(words)}"]}]})
-                              for i in range(args.writes)]
+                    searches = [("search_nodes", {"query": " ".join(rng.sample(words, 2))})
+                                for _ in range(args.searches)]
+                    writes = [("create_entities", {"entities": [{
+                        "name": f"bench-{kind}-{clients}-{i}", "entityType": "note",
+                        "observations": [f"bench fact {i} {rng.choice(words)}"]}]}) for i in range(args.writes)]
                     for label, calls in (("search_nodes", searches), ("one-fact write", writes)):
                         wall, lat = run_batch(target, clients, calls)
                         rows.append((label, clients, kind, len(calls) / wall, percentile(lat, 50), percentile(lat, 99)))

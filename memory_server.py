@@ -6001,7 +6001,7 @@ class McpServer:
             return {"content": [{"type": "text", "text": f"Invalid arguments for {name}: arguments must be an object, "
                                                           f"received {_json_type(arguments)}."}], "isError": True}
         with managed_heap():
-            text, is_error = self.memory().call_tool(name, arguments or {})
+            text, is_error = self.memory().call_tool(name, arguments or {}, client=self.client_name)
         return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 
@@ -6106,8 +6106,7 @@ class HttpSession(McpServer):
 
     def memory(self) -> Memory:
         assert self.current is not None, "the HTTP server binds a Memory before handling a message"
-        self.current.client = self.client_name
-        return self.current
+        return self.current  # shared: each call names its client (McpServer.call)
 
 
 class HttpMcp:

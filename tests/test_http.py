@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -101,9 +102,9 @@ class HttpServer:
         finally:
             conn.close()
 
-    def initialize(self, version: str = "2025-11-25", conn=None) -> tuple[str, dict]:
+    def initialize(self, version: str = "2025-11-25", conn=None, client: str = "pytest-http") -> tuple[str, dict]:
         status, headers, reply = self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "pytest-http", "version": "1"}}},
+            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}},
             conn=conn)
         assert status == 200, reply
         sid = headers["mcp-session-id"]
@@ -445,7 +446,7 @@ def test_four_concurrent_clients_writing_25_facts_each_lose_nothing(tmp_path):
     def client(n: int) -> None:
         try:
             conn = s.connect()
-            sid, _ = s.initialize(conn=conn)
+            sid, _ = s.initialize(conn=conn, client=f"client-{n}")
             for j in range(25):
                 fact = {"name": f"client{n}-fact{j}", "entityType": "note",
                         "observations": [f"client {n} wrote fact {j}"]}
@@ -465,6 +466,13 @@ def test_four_concurrent_clients_writing_25_facts_each_lose_nothing(tmp_path):
         assert not errors, errors[:3]
         names = {line["name"] for line in graph_lines(s.memory_file) if line["type"] == "entity"}
         assert names == {f"client{n}-fact{j}" for n in range(4) for j in range(25)}
+        # one shared Memory, yet each write is recorded for the client that made it
+        db = sqlite3.connect(s.memory_file.parent / "memory.db")
+        rows = db.execute("SELECT client, summary FROM history").fetchall()
+        db.close()
+        assert len(rows) == 100
+        assert all(f"client{client[-1]}-fact" in summary for client, summary in rows), rows[:3]
+        assert {client for client, _ in rows} == {f"client-{n}" for n in range(4)}
     finally:
         s.stop()
 

@@ -3728,7 +3728,7 @@ class _AnchorRow:
     size: int = -1      # an unchanged stamp means unchanged code, so a restarted server need not parse it
 
 
-class _FileFacts:
+class _FileVersion:
     """What one file version (mtime_ns, size) yielded: raw digest, content fingerprint, symbols."""
     __slots__ = ("stamp", "trusted", "raw", "content", "symbols", "error")
 
@@ -3747,7 +3747,7 @@ class AnchorChecker:
     def __init__(self, meta: MetaStore, project_root: Path | None):
         self.meta = meta                  # where fingerprints are kept (the anchors table)
         self.project_root = project_root  # Settings.project_root: where new anchors resolve
-        self.files: dict[str, _FileFacts] = {}   # absolute path -> facts of its last seen (mtime_ns, size)
+        self.files: dict[str, _FileVersion] = {}   # absolute path -> facts of its last seen (mtime_ns, size)
         self.hash_count = 0    # file parses and content hashes done; unchanged files are never hashed twice
         self.racy_reads = 0    # re-reads of files that changed within ANCHOR_RACY_NS of being read
 
@@ -3756,7 +3756,7 @@ class AnchorChecker:
         return Path(self.project_root) if self.project_root else Path.cwd().resolve()
 
     # ── files, cached by (mtime_ns, size) ──
-    def _info(self, full: Path) -> _FileFacts | None:
+    def _info(self, full: Path) -> _FileVersion | None:
         try:
             st = full.stat()
         except (OSError, ValueError):
@@ -3775,10 +3775,10 @@ class AnchorChecker:
                 if _anchor_digest(full.read_bytes()) == info.raw:
                     info.trusted = time.time_ns() - stamp[0] > ANCHOR_RACY_NS
                     return info
-        info = self.files[key] = _FileFacts(stamp)
+        info = self.files[key] = _FileVersion(stamp)
         return info
 
-    def _load(self, full: Path, info: _FileFacts) -> bytes | None:
+    def _load(self, full: Path, info: _FileVersion) -> bytes | None:
         try:
             data = full.read_bytes()
         except OSError:
@@ -4808,12 +4808,14 @@ class Memory:
     def warm_up(self) -> int:
         """Load the graph and build everything the first call would (index, relation index, reference
         sizes for the receipts), so it does not pay for them. Returns the number of facts."""
-        graph = self.graph()
+        graph = self.fresh_graph()
         self.receipts.reference_tokens(graph, self.index.docs[:1])  # relation sizes and the relation index
         self.index.docs_named("")  # the name map
         return sum(len(doc.facts) for doc in self.index.docs)
 
-    def graph(self) -> Graph:
+    def fresh_graph(self) -> Graph:
+        """The graph as the file holds it now (read again only when the file changed), with the facts' state
+        (MetaStore) and the search index brought up to date with it."""
         graph = self.store.read()
         self.meta.reconcile(graph, self.store.generation, self.client)
         self.index.refresh(graph, self.store.generation)
@@ -4865,7 +4867,7 @@ class Memory:
         with self.lock:
             try:
                 handler = getattr(self, tool.name)
-                return self._call(lambda: handler(**{k: v for k, v in arguments.items()
+                return self._one_call(lambda: handler(**{k: v for k, v in arguments.items()
                                                      if k in tool.input_schema["properties"]})), False
             except ToolError as err:
                 return WriteResult.refusal(tool.name, err), True
@@ -4887,8 +4889,8 @@ class Memory:
         if name in ("search_nodes", "recall", "read_graph"):
             return self._with_global(name, args)
         if name == "open_nodes":
-            mine = self.graph().by_name()
-            theirs = other.graph().by_name()
+            mine = self.fresh_graph().by_name()
+            theirs = other.fresh_graph().by_name()
             elsewhere = [n for n in args["names"] if n not in mine and n in theirs]
             if not elsewhere:
                 return None
@@ -4899,7 +4901,7 @@ class Memory:
                 return f"{local}\n{GLOBAL_HEADER}\n{text}", error
             return f"{GLOBAL_HEADER}\n{text}", False
         named = tier_entity_names(name, args)
-        if named and all(other.graph().get(n) and not self.graph().get(n) for n in named):
+        if named and all(other.fresh_graph().get(n) and not self.fresh_graph().get(n) for n in named):
             return other.answer_tool(name, args, self.client)
         return None
 
@@ -4918,7 +4920,7 @@ class Memory:
         stays within its budget (the global part gets what the project's answer left)."""
         text, error = self._run_tool(TOOLS_BY_NAME[name], args)
         other = self.global_memory(create=False)
-        if error or other is None or not other.graph().entities:
+        if error or other is None or not other.fresh_graph().entities:
             return text, error
         extra = dict(args)
         budget = int(args.get("budget") or self.settings.recall_budget)
@@ -4953,7 +4955,7 @@ class Memory:
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
                 with self.store.transaction() as tx:
-                    self.graph()  # fact state for the fresh graph (pins, anchors) as of now
+                    self.fresh_graph()  # fact state for the fresh graph (pins, anchors) as of now
                     result = change(tx)
                     changes = tx.changes() if tx.changed else None
                 break
@@ -4977,7 +4979,7 @@ class Memory:
             self.meta.record_history(self.client, summary, changes)
         if changes:
             self.meta.reconcile_own_change(changes, self.store.generation, self.client)
-        self.graph()
+        self.fresh_graph()
         if changes:
             self._after_write(changes)
 
@@ -4988,7 +4990,8 @@ class Memory:
                 for text in after["observations"]:
                     self.anchors.on_new_fact(after["name"], text)
 
-    def _need(self, graph: Graph, name: str) -> Entity:
+    def _existing_entity(self, graph: Graph, name: str) -> Entity:
+        """The entity named `name`, else a ToolError that says where it went (renamed) or what was meant."""
         entity = graph.get(name)
         if entity is None:
             renamed = self._renamed_to(graph, name)
@@ -5028,7 +5031,7 @@ class Memory:
         return None
 
     # ── adding facts: the write-time curation every path shares ──
-    def _add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
+    def add_facts(self, tx: Transaction, entity: Entity, contents: list[str], why: str = "over cap") -> str:
         """_curate_facts for a caller that wants the answer's line for this entity (--import)."""
         result = WriteResult("add_observations")
         return fact_block_text(result, self._curate_facts(tx, entity, contents, result, why))
@@ -5152,7 +5155,7 @@ class Memory:
         def change(tx: Transaction) -> WriteResult:
             for item in observations:  # all or nothing, as the reference: an unknown entity saves nothing
                 try:
-                    self._need(tx.graph, item["entityName"])
+                    self._existing_entity(tx.graph, item["entityName"])
                 except ToolError as err:
                     others = [n for n in dict.fromkeys(o["entityName"] for o in observations) if tx.graph.get(n)]
                     either = f" (not to {', '.join(map(_q, others))} either)" if others else ""
@@ -5246,13 +5249,13 @@ class Memory:
 
     def read_graph(self, entityType: str | None = None) -> str:
         """An index, not a dump: names by type, most connected first; a long type shows its top names and a count."""
-        graph = self.graph()
+        graph = self.fresh_graph()
         by_type: dict[str, list[Entity]] = {}
         for entity in graph.entities:
             by_type.setdefault(entity.entityType, []).append(entity)
         touching = self.index.touching(graph)
         other = self.global_memory(create=False)
-        follows = "; your global memory follows" if other and other.graph().entities else ""
+        follows = "; your global memory follows" if other and other.fresh_graph().entities else ""
         nested = self.settings.tier == "global" and self.settings.project is not None  # under GLOBAL_HEADER
         where = "" if self.settings.tier == "file" or nested else f"{tier_title(self.settings)}{follows}: "
         lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
@@ -5288,7 +5291,7 @@ class Memory:
     def search_nodes(self, query: str, limit: int | None = None, since: str | None = None,
                      until: str | None = None) -> str:
         keep = self._written_in(time_window(since, until, time.time()))
-        graph = self.graph()
+        graph = self.fresh_graph()
         limit = max(1, min(int(limit or self.settings.search_limit), 200))
         if not query.strip():
             return self.receipts.ledger(self.client, "search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
@@ -5353,7 +5356,7 @@ class Memory:
     OPEN_LIMIT_CHARS = 40_000
 
     def open_nodes(self, names: list[str]) -> str:
-        graph = self.graph()
+        graph = self.fresh_graph()
         wanted = list(dict.fromkeys(names))
         found = [graph.get(n) for n in wanted if graph.get(n)]
         missing = [n for n in wanted if not graph.get(n)]
@@ -5398,7 +5401,7 @@ class Memory:
         """What changed between since and until, from the history (and first sightings of facts other tools
         wrote), newest first."""
         start, end = time_window(since, until, time.time()) or (float("-inf"), float("inf"))
-        graph = self.graph()
+        graph = self.fresh_graph()
         limit = max(1, min(int(limit or 50), 500))
         history = [(ts, c) for ts, c in self.meta.changes_since(start) if ts < end]
         lines = change_lines(history)
@@ -5414,7 +5417,7 @@ class Memory:
 
     def recall(self, query: str, budget: int | None = None, since: str | None = None, until: str | None = None) -> str:
         window = time_window(since, until, time.time())
-        graph = self.graph()
+        graph = self.fresh_graph()
         budget = self.settings.recall_budget if budget is None else int(budget)
         if budget < 50:
             raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
@@ -5445,8 +5448,8 @@ class Memory:
         return text
 
     def mark_fact(self, entityName: str, observation: str, action: str) -> WriteResult:
-        graph = self.graph()
-        entity = self._need(graph, entityName)
+        graph = self.fresh_graph()
+        entity = self._existing_entity(graph, entityName)
         text = self._find_fact(entity, observation)
         state = self.meta.state(entity.name, text)
         if action in ("pin", "unpin"):
@@ -5487,7 +5490,7 @@ class Memory:
 
     def rename_entity(self, name: str, newName: str) -> WriteResult:
         def change(tx: Transaction) -> WriteResult:
-            entity = self._need(tx.graph, name)
+            entity = self._existing_entity(tx.graph, name)
             refusal = name_refusal("newName", newName)
             if refusal:
                 raise ToolError(refusal[1], refusal[0])
@@ -5554,7 +5557,7 @@ class Memory:
             return self._mutate(f"restore facts of {entityName}", change)
         facts = self.store.read_archive(entityName)
         if not facts:
-            graph = self.graph()
+            graph = self.fresh_graph()
             hint = "" if graph.get(entityName) else self._hint(graph, entityName)
             return f"No archived facts for {_q(entityName)}{hint}."
         words = query_words(query)
@@ -5574,7 +5577,7 @@ class Memory:
     # ── edits the UI offers beyond the agent tools (same checks, same history) ──
     def set_entity_type(self, name: str, entityType: str) -> WriteResult:
         def change(tx: Transaction) -> WriteResult:
-            entity = self._need(tx.graph, name)
+            entity = self._existing_entity(tx.graph, name)
             refusal = name_refusal("entityType", entityType)
             if refusal:
                 raise ToolError(refusal[1], refusal[0])
@@ -5584,11 +5587,11 @@ class Memory:
             result.add("changed", "type", name, text=entityType, other=old, reason="retyped",
                        detail=f"{name}: type {_q(old)} -> {_q(entityType)}.")
             return result
-        return self._call(lambda: self._mutate(f"set type of {name}", change))
+        return self._one_call(lambda: self._mutate(f"set type of {name}", change))
 
     def edit_fact(self, name: str, old: str, new: str) -> Answer:
         def change(tx: Transaction) -> Answer:
-            entity = self._need(tx.graph, name)
+            entity = self._existing_entity(tx.graph, name)
             if old not in entity.observations:
                 raise ToolError(f"{name} has no fact {_q(old)} (it may have changed meanwhile); reload", "not_found")
             if old == new:
@@ -5610,11 +5613,11 @@ class Memory:
             entity.observations.insert(min(position, len(entity.observations)), new)
             tx.move_facts([((name, old), (name, new))])
             return result
-        return self._call(lambda: self._mutate(f"edit a fact of {name}", change))
+        return self._one_call(lambda: self._mutate(f"edit a fact of {name}", change))
 
     def archive_fact(self, name: str, text: str) -> WriteResult:
         def change(tx: Transaction) -> WriteResult:
-            entity = self._need(tx.graph, name)
+            entity = self._existing_entity(tx.graph, name)
             if text not in entity.observations:
                 raise ToolError(f"{name} has no fact {_q(text)}", "not_found")
             tx.touch(name)
@@ -5624,7 +5627,7 @@ class Memory:
             result.add("archived", "fact", name, text=text, reason="by_hand",
                        detail=f"{name}: archived {_q(text)} (restore from the archive any time).")
             return result
-        return self._call(lambda: self._mutate(f"archive a fact of {name}", change))
+        return self._one_call(lambda: self._mutate(f"archive a fact of {name}", change))
 
     def undo(self) -> str:
         """Reverse the most recent change that has not been undone, if nothing touched it since."""
@@ -5682,7 +5685,12 @@ class Memory:
             tx.move_facts([((new, o), (old, o)) for o in facts])
         return "undone"
 
-    def _call(self, run: Callable[[], Answer], use: bool = True) -> Answer:
+    def change(self, summary: str, change: Callable[[Transaction], Answer], use: bool = True) -> Answer:
+        """Apply `change` as one call of its own (maintenance: --import, --compact, healing markers): the
+        same lock, fresh read, atomic write and history as a tool's; use=False: not a day of use."""
+        return self._one_call(lambda: self._mutate(summary, change), use)
+
+    def _one_call(self, run: Callable[[], Answer], use: bool = True) -> Answer:
         """Run one call (a tool, or a UI edit) under the lock; its answer ends with a note when memory.db
         could not be used. use: the call counts as a day of use for the activity clock (maintenance does not)."""
         with self.lock:
@@ -5708,8 +5716,8 @@ class Memory:
     # ── probes a person manages (CLI --probe/--probes/--remove-probe, the UI's overview) ──
     def add_manual_probe(self, query: str, entity: str, fact: str = "") -> str:
         """A question recall must keep answering, added by a person: the entity (and fact) must exist now."""
-        graph = self.graph()
-        found = self._need(graph, entity)
+        graph = self.fresh_graph()
+        found = self._existing_entity(graph, entity)
         if fact and fact not in found.observations:
             listing = ", ".join(_q(o, 60) for o in difflib.get_close_matches(fact, found.observations, n=3, cutoff=0.6))
             raise ToolError(f"{entity} has no fact {_q(fact)}" + (f"; did you mean {listing}?" if listing else
@@ -6629,7 +6637,7 @@ class UiApi:
     def graph(self) -> dict[str, Any]:
         m = self.memory
         with m.lock:
-            graph = m.graph()
+            graph = m.fresh_graph()
             clock = m.meta.clock()
             archived = self._archived_counts()
             entities = []
@@ -6666,7 +6674,7 @@ class UiApi:
     def search(self, query: str) -> dict[str, Any]:
         words = query_words(query)
         with self.memory.lock:
-            self.memory.graph()
+            self.memory.fresh_graph()
             names = [d.name for d in self.memory.index.match_entities(query)] if words else []
         hits = []
         if words:
@@ -6679,7 +6687,7 @@ class UiApi:
     def overview(self) -> dict[str, Any]:
         m = self.memory
         with m.lock:
-            graph = m.graph()
+            graph = m.fresh_graph()
             degree = {name: len(ix) for name, ix in m.index.touching(graph).items()}
             fading = [{"entity": e, "text": o, "retention": round(r, 3)} for r, e, o in m.lifecycle.fading_facts(graph)]
             stale = [{"entity": e.name, "text": o, "detail": st["detail"]} for e in graph.entities for o in e.observations
@@ -7671,7 +7679,7 @@ def move_private(settings: Settings) -> list[str]:
                 existing.add(relation.key)
                 counts["relations"] += 1
         return "moved"
-    team._call(lambda: team._mutate("move the private memory into the team tier", change), use=False)
+    team.change("move the private memory into the team tier", change, use=False)
     done = [f"moved into {TEAM_DIR}/memory.jsonl: {counts['entities']} new entities, {counts['facts']} facts, "
             f"{counts['relations']} relations (what the team file had already was kept as it was)"]
     done += notes
@@ -7949,7 +7957,7 @@ def import_into(memory: Memory, path: Path) -> str:
                 counts["entities"] += 1
                 details += import_new_facts(tx, entity, facts, memory.settings)
             else:
-                detail = memory._add_facts(tx, entity, facts)
+                detail = memory.add_facts(tx, entity, facts)
                 if ";" in detail:
                     details.append(detail)
             counts["facts"] += tx.added - before_added
@@ -7968,7 +7976,7 @@ def import_into(memory: Memory, path: Path) -> str:
                 f"{counts['relations']} relations; {counts['skipped']} already there or duplicates, "
                 f"{counts['refused']} refused.")
         return "\n".join([head] + details[:50])
-    return memory._call(lambda: memory._mutate(f"import {path.name}", change))
+    return memory.change(f"import {path.name}", change)
 
 
 def import_new_facts(tx: Transaction, entity: Entity, facts: list[str], settings: Settings) -> list[str]:
@@ -7992,7 +8000,7 @@ def import_new_facts(tx: Transaction, entity: Entity, facts: list[str], settings
 
 def lint_report(memory: Memory) -> str:
     """Read-only health report of the graph."""
-    graph = memory.graph()
+    graph = memory.fresh_graph()
     s = memory.settings
     names = set(graph.by_name())
     long_facts = [(e.name, o) for e in graph.entities for o in e.observations if len(o) > s.obs_max_chars]
@@ -8066,7 +8074,7 @@ def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str,
     the lock is taken only to apply a plan made on the file as it still is, else it plans again.
     --dry-run never takes the lock."""
     for attempt in range(1, WRITE_ATTEMPTS + 1):
-        graph = memory.graph()
+        graph = memory.fresh_graph()
         planned_on = memory.store.cached_key()
         plan, kept = unguarded_fades_kept(memory, compact_plan(memory, graph))
         lines = describe_plan(memory, graph, plan, show_all) + kept
@@ -8088,8 +8096,8 @@ def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str,
             return "\n".join(lines + ["nothing to do."]), 0
         backup = memory.store.backup_now("before-compact")
         try:
-            memory._call(lambda: memory._mutate(f"compact: archived {moved} fact(s)",
-                                                lambda tx: apply_compact_plan(tx, plan, planned_on)), use=False)
+            memory.change(f"compact: archived {moved} fact(s)", lambda tx: apply_compact_plan(tx, plan, planned_on),
+                          use=False)
         except PlanOutdated:
             log(f"the graph changed while compact planned; planning again ({attempt}/{WRITE_ATTEMPTS})")
             continue
@@ -8507,7 +8515,7 @@ def write_demo_graph(settings: Settings) -> None:
 def seed_demo_metadata(settings: Settings) -> None:
     """A week of use, so the demo shows pins, fading facts and receipts: real calls on the demo graph, back-dated."""
     memory = Memory(settings)
-    graph = memory.graph()
+    graph = memory.fresh_graph()
     rng = random.Random(7)
     now = time.time()
     clients = ["claude-code", "codex", "cursor"]
@@ -8679,11 +8687,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.lint and args.fix:
                 before = memory.store.read()
                 markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
-                memory._call(lambda: memory._mutate("heal conflict markers", lambda tx: "healed"))
+                memory.change("heal conflict markers", lambda tx: "healed")
                 print(f"healed {markers} conflict marker line(s); both sides' facts kept" if markers else "nothing to fix")
             if args.lint:
                 print(lint_report(memory))
-                return 1 if secret_findings(memory.graph()) else 0
+                return 1 if secret_findings(memory.fresh_graph()) else 0
             if args.report:
                 print(report(memory))
                 return 0

@@ -119,7 +119,7 @@ def test_unresolvable_anchors_are_refused_with_did_you_mean(mem):
     assert "no symbol scanner" in out and "[@src/scanner.py::Scanner]" in out
     assert "symbols resolve only in Python files" in out
     assert "inside the project root" in out
-    graph = mem.graph()
+    graph = mem.fresh_graph()
     assert len(graph.get("scanner").observations) == 3
     assert memory_server.AnchorChecker(mem.meta, mem.settings.project_root).check_new("fine [@src/scanner.py::helper]") is None
     assert mem.anchors.check_new("a file [@src/other.py]") is None

@@ -327,7 +327,7 @@ def test_a_rename_whose_graph_write_fails_leaves_archive_and_pins_with_the_old_n
     text, is_error = json.loads(proc.stdout.strip().splitlines()[-1])
     assert is_error and text.startswith("Not saved"), text
     fresh = memory(path, MEMORY_OBS_MAX="2")
-    fresh.graph()
+    fresh.fresh_graph()
     assert facts_of(path, "svc") and not facts_of(path, "service-with-a-longer-name")
     assert mem.store.archive_path("svc").read_bytes() == archive_before
     assert not fresh.store.archive_path("service-with-a-longer-name").exists()
@@ -498,7 +498,7 @@ def test_memory_jsonl_and_memory_json_in_one_folder_keep_their_own_pins_and_arch
     mems[0].call_tool("mark_fact", {"entityName": "svc", "observation": "graph 0", "action": "pin"})
     again = [memory(tmp_path / name, MEMORY_OBS_MAX="1") for name in ("memory.jsonl", "memory.json")]
     for mem in again:
-        mem.graph()
+        mem.fresh_graph()
     assert again[0].meta.state("svc", "graph 0").pinned
     assert again[0].store.meta_path != again[1].store.meta_path
     assert again[0].store.archive_dir != again[1].store.archive_dir

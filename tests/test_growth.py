@@ -123,8 +123,8 @@ def test_history_past_its_age_goes_but_the_newest_stay_for_undo(tmp_path, clock,
     assert mem.meta.prune()[0] == 30 - ms.HISTORY_MIN_ROWS
     assert rows(mem, "history") == ms.HISTORY_MIN_ROWS
     assert mem.undo() == "Undone: add facts to svc-1."
-    assert "old fact 29" not in mem.graph().get("svc-1").observations
-    assert "old fact 28" in mem.graph().get("svc-1").observations
+    assert "old fact 29" not in mem.fresh_graph().get("svc-1").observations
+    assert "old fact 28" in mem.fresh_graph().get("svc-1").observations
 
 
 def test_undo_works_after_pruning_and_walks_back_through_the_newest(tmp_path, small_bounds):
@@ -134,8 +134,8 @@ def test_undo_works_after_pruning_and_walks_back_through_the_newest(tmp_path, sm
     assert rows(mem, "history") <= ms.HISTORY_MAX_ROWS + ms.PRUNE_EVERY_WRITES
     for step in (119, 118, 117):
         mem.undo()
-        assert f"fact number {step}" not in mem.graph().get("svc-2").observations
-    assert "fact number 116" in mem.graph().get("svc-2").observations
+        assert f"fact number {step}" not in mem.fresh_graph().get("svc-2").observations
+    assert "fact number 116" in mem.fresh_graph().get("svc-2").observations
 
 
 def test_probes_keep_the_newest_learned_and_prefer_manual_ones(tmp_path, small_bounds, monkeypatch):

@@ -34,7 +34,7 @@ def add(mem, entity, *facts):
 
 
 def facts_of(mem, name):
-    entity = mem.graph().get(name)
+    entity = mem.fresh_graph().get(name)
     return None if entity is None else list(entity.observations)
 
 
@@ -315,7 +315,7 @@ def test_new_fact_state(tmp_path):
 @pytest.mark.parametrize("hours", [24, 168, 336, 1008, 4992])
 def test_retention_formula(tmp_path, hours):
     mem = make_memory(tmp_path, [("Api", "service", ["written in Go"])])
-    mem.graph()
+    mem.fresh_graph()
     key = ("Api", "written in Go")
     set_age(mem, [key], hours)
     expected = 0.5 ** (hours / 168.0)
@@ -323,14 +323,14 @@ def test_retention_formula(tmp_path, hours):
     assert mem.meta.states[key].retention(mem.meta.clock()) == pytest.approx(expected, rel=1e-4)
     # a second process sees the same state
     other = ms.Memory(mem.settings, client="other")
-    other.graph()
+    other.fresh_graph()
     assert other.lifecycle.strength(*key) == pytest.approx(expected, rel=1e-4)
 
 
 def test_fading_fact_is_flagged_in_open_nodes(tmp_path):
     """Only a dated (event) fact shows as fading; an undated identity fact of the same age never does."""
     mem = make_memory(tmp_path, [("Api", "service", ["2026-01-05: deployed 1.0", "written in Go", "runs on port 8080"])])
-    mem.graph()
+    mem.fresh_graph()
     set_age(mem, [("Api", "2026-01-05: deployed 1.0"), ("Api", "written in Go")], 336)  # retention 0.25 < 0.3
     text = call(mem, "open_nodes", {"names": ["Api"]})
     assert "- 2026-01-05: deployed 1.0 [fading 0.25]" in text
@@ -343,7 +343,7 @@ def test_a_fact_that_keeps_being_returned_outlives_its_untouched_twin(tmp_path, 
     afterwards, so after the same idle time it is stronger than a twin that was never returned."""
     used, idle = ("Api", "2026-01-05: deployed 1.0 with Go"), ("Web", "2026-01-05: deployed 1.0 with React")
     mem = make_memory(tmp_path, [("Api", "service", [used[1]]), ("Web", "site", [idle[1]])])
-    mem.graph()
+    mem.fresh_graph()
     set_age(mem, [used, idle], 500)
     args = {"query": "deployed with go"} if tool == "recall" else {"names": ["Api"]}
     stabilities = []
@@ -358,7 +358,7 @@ def test_a_fact_that_keeps_being_returned_outlives_its_untouched_twin(tmp_path, 
     set_age(mem, [used, idle], 400)  # the same idle time for both
     assert mem.lifecycle.strength(*used) > 2 * mem.lifecycle.strength(*idle)
     later = ms.Memory(mem.settings, client="later")  # what another process reads from memory.db
-    later.graph()
+    later.fresh_graph()
     assert later.lifecycle.strength(*used) > 2 * later.lifecycle.strength(*idle)
     text = call(mem, "open_nodes", {"names": ["Api", "Web"]})  # (a use itself: checked last)
     assert f"- {idle[1]} [fading" in text and f"- {used[1]} [fading" not in text
@@ -366,7 +366,7 @@ def test_a_fact_that_keeps_being_returned_outlives_its_untouched_twin(tmp_path, 
 
 def test_stability_is_capped_at_a_year(tmp_path):
     mem = make_memory(tmp_path, [("Api", "service", ["written in Go"])])
-    mem.graph()
+    mem.fresh_graph()
     key = ("Api", "written in Go")
     mem.meta.state(*key).stability = 8000.0
     mem.meta.save_states([key])
@@ -396,14 +396,14 @@ def test_helpful_facts_fade_later_and_not_helpful_ones_sooner(tmp_path):
     bounded, and no rating ever removes a fact."""
     good, plain, bad = (("Api", f"2026-01-0{d}: deployed 1.{d}") for d in (5, 6, 7))
     mem = make_memory(tmp_path, [("Api", "service", [good[1], plain[1], bad[1]])])
-    mem.graph()
+    mem.fresh_graph()
     assert "helped" in call(mem, "mark_fact", {"entityName": "Api", "observation": good[1], "action": "helpful"})
     assert "did not help" in call(mem, "mark_fact", {"entityName": "Api", "observation": bad[1],
                                                       "action": "not_helpful"})
     set_age(mem, [good, plain, bad], 300)  # an unrated fact is just under the fading line after 300 h
     assert mem.lifecycle.strength(*good) > mem.lifecycle.strength(*plain) > mem.lifecycle.strength(*bad)
     other = ms.Memory(mem.settings, client="other")  # ratings live in memory.db, not in one process
-    other.graph()
+    other.fresh_graph()
     assert other.lifecycle.strength(*good) > other.lifecycle.strength(*plain) > other.lifecycle.strength(*bad)
     text = call(mem, "open_nodes", {"names": ["Api"]})  # (a use itself: checked after the strengths)
     assert f"- {good[1]}\n" in text + "\n" and f"- {plain[1]} [fading" in text and f"- {bad[1]} [fading" in text
@@ -423,7 +423,7 @@ def test_helpful_facts_fade_later_and_not_helpful_ones_sooner(tmp_path):
 def test_decay_alone_never_deletes_a_fact(tmp_path):
     facts = ["written in Go", "runs on port 8080", "2026-01-05: deployed 1.0"]
     mem = make_memory(tmp_path, [("Api", "service", facts), ("Web", "service", ["uses React"])])
-    mem.graph()
+    mem.fresh_graph()
     keys = [("Api", f) for f in facts] + [("Web", "uses React")]
     set_age(mem, keys, 24 * 3650)
     assert all(mem.lifecycle.strength(*k) < 1e-6 for k in keys)
@@ -448,7 +448,7 @@ FADED = [("Api", "2026-01-05: old staging host was box12"), ("Web", "2026-01-06:
 
 def guarded_memory(tmp_path, **env):
     mem = make_memory(tmp_path, GUARD_GRAPH, **env)
-    mem.graph()
+    mem.fresh_graph()
     set_age(mem, FADED, 24 * 365)  # retention ~ 0.5 ** 52
     return mem
 
@@ -693,9 +693,9 @@ def test_undo_delete_entity_with_relations(tmp_path):
                       [("Web", "Api", "depends_on"), ("Alice", "Api", "maintains"), ("Alice", "Web", "maintains")])
     text = call(mem, "delete_entities", {"entityNames": ["Api"]})
     assert "Deleted 1 entities, 2 relations" in text
-    assert mem.graph().get("Api") is None
+    assert mem.fresh_graph().get("Api") is None
     mem.undo()
-    graph = mem.graph()
+    graph = mem.fresh_graph()
     assert graph.get("Api").observations == ["written in Go"]
     assert {r.key for r in graph.relations} == {("Web", "Api", "depends_on"), ("Alice", "Api", "maintains"),
                                                 ("Alice", "Web", "maintains")}
@@ -705,9 +705,9 @@ def test_undo_rename(tmp_path):
     mem = make_memory(tmp_path, [("Api", "service", ["written in Go"]), ("Web", "service", [])],
                       [("Web", "Api", "depends_on")])
     call(mem, "rename_entity", {"name": "Api", "newName": "Backend"})
-    assert mem.graph().get("Backend") and mem.graph().get("Api") is None
+    assert mem.fresh_graph().get("Backend") and mem.fresh_graph().get("Api") is None
     mem.undo()
-    graph = mem.graph()
+    graph = mem.fresh_graph()
     assert graph.get("Backend") is None
     assert graph.get("Api").observations == ["written in Go"]
     assert [r.key for r in graph.relations] == [("Web", "Api", "depends_on")]

@@ -56,7 +56,7 @@ def parse_recall(text):
 
 def fact_of_line(mem, entity, line):
     """The fact a recall line shows (the line may add « » marks and [flags] after the text)."""
-    candidates = [f for f in mem.graph().get(entity).observations if line.startswith(f)]
+    candidates = [f for f in mem.fresh_graph().get(entity).observations if line.startswith(f)]
     assert candidates, (entity, line)
     return max(candidates, key=len)
 
@@ -130,7 +130,7 @@ def test_recall_never_exceeds_budget_and_footer_adds_up(tmp_path, seed):
     rng = random.Random(seed)
     entities, relations = random_graph(rng)
     mem = make_memory(tmp_path, entities, relations)
-    mem.graph()
+    mem.fresh_graph()
     fade = seed % 2 == 1
     if fade:  # some facts faded, some pinned: flags ([fading 0.12], [pinned]) cost tokens too
         now = time.time()
@@ -400,7 +400,7 @@ def test_receipts_add_up(tmp_path):
     for tool, args in calls:
         text = call(mem, tool, args)
         used += ms.estimate_tokens(text)
-        reference += ms.estimate_tokens(ms.reference_answer_text(mem.graph(), tool, args))
+        reference += ms.estimate_tokens(ms.reference_answer_text(mem.fresh_graph(), tool, args))
     r = ms.receipts(mem)
     assert r["calls"] == len(calls)
     assert r["tokensUsed"] == used
@@ -415,7 +415,7 @@ def test_receipts_add_up(tmp_path):
 def test_receipts_count_recall_against_the_entities_it_showed(tmp_path):
     mem = make_memory(tmp_path, LEDGER_GRAPH, LEDGER_RELATIONS)
     text = call(mem, "recall", {"query": "deploy"})
-    graph = mem.graph()
+    graph = mem.fresh_graph()
     names = list(dict.fromkeys(e for e, _ in parse_recall(text)[0]))
     reference = ms._reference_graph_json([graph.get(n) for n in names], graph.relations_of(set(names)))
     r = ms.receipts(mem)
@@ -476,7 +476,7 @@ def test_the_fact_written_after_a_strong_match_is_lifted_more_than_the_one_befor
     chat = ["Jon: shoes again", "Gina: when is the studio opening night planned?", "Jon: shoes again, sorry"]
     filler = [(f"day {i}", "session", [f"Jon: note {i} about cats"]) for i in range(30)]
     mem = make_memory(tmp_path, [("session 1", "session", chat)] + filler)
-    mem.graph()
+    mem.fresh_graph()
     ranked = [f.text for f in mem.index.rank_facts("when is Jon's studio opening night", lambda e, t: 1.0).facts]
     assert ranked[:3] == [chat[1], chat[2], chat[0]], ranked
 

@@ -119,7 +119,7 @@ def test_the_guardrail_runs_the_recall_agents_get(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ms, "recall_pipeline", spy)
     probes = [("shop-api deploys", "shop-api", "owned by the payments squad", "test")]
-    results = ms.run_probes(probes, mem.graph(), mem.settings.recall_budget, mem)
+    results = ms.run_probes(probes, mem.fresh_graph(), mem.settings.recall_budget, mem)
     assert results[0].hit
     assert calls == [(mem.lifecycle.strength, mem.anchors.rank_penalty, ["flags"])]  # the conflict flags recall adds too
 

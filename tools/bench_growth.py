@@ -101,7 +101,7 @@ def arguments(tool: str, rng: random.Random, names: list[str], day: int, step: i
 
 def with_a_fact(memory, tool: str, args: dict, rng: random.Random) -> dict:
     """mark_fact (helpful, which teaches a probe) and delete_observations pick a fact the graph holds."""
-    entity = rng.choice([e for e in memory.graph().entities if e.observations] or [None])
+    entity = rng.choice([e for e in (getattr(memory, "fresh_graph", None) or memory.graph)().entities if e.observations] or [None])
     if entity is None:
         return {}
     text = rng.choice(entity.observations)
@@ -174,7 +174,7 @@ def costs(ms: ModuleType, folder: Path) -> None:
     start = time.perf_counter()
     memory.meta.prune()
     prune_ms = (time.perf_counter() - start) * 1e3
-    graph, probes = memory.graph(), memory.meta.probes()
+    graph, probes = (getattr(memory, "fresh_graph", None) or memory.graph)(), memory.meta.probes()
     start = time.perf_counter()
     ms.run_probes(probes, graph, memory.settings.recall_budget, memory.strength)
     per_probe = (time.perf_counter() - start) * 1e3 / max(1, len(probes))

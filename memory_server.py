@@ -340,6 +340,7 @@ def _number_setting(env: dict[str, str], name: str, default: Any, low: Any, high
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
+    """Everything a process is configured with (MEMORY_* variables, with defaults), frozen and passed explicitly."""
     file_path: Path
     obs_max_chars: int = 300
     obs_max: int = 15
@@ -362,6 +363,8 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        """The settings from an environment (os.environ by default): which file and tier this process serves, and every
+        limit; a clear ConfigError for a bad value."""
         env = dict(os.environ if env is None else env)
         raw_path = env.get("MEMORY_FILE_PATH", "").strip()
         root = env.get("MEMORY_PROJECT_ROOT", "").strip()
@@ -4301,6 +4304,7 @@ class Outcome:
     group: int = 0      # the per-entity block of the call it belongs to (WriteResult.groups), 0 for none
 
     def as_json(self) -> dict[str, Any]:
+        """This outcome for the UI: only the fields it has; a refusal's words under "message"."""
         out: dict[str, Any] = {"what": self.what, "entity": self.entity, "item": self.text, "reason": self.reason,
                                "detail": self.detail, "old": self.other}
         out = {k: v for k, v in out.items() if v}
@@ -4324,6 +4328,8 @@ class WriteResult:
     error_reason: str = ""
 
     def add(self, kind: str, what: str, entity: str = "", **fields: Any) -> Outcome:
+        """Record one thing the call did or did not do (kind: added, skipped, replaced, conflict, refused, removed,
+        archived, changed, note)."""
         outcome = Outcome(kind, what, entity, **fields)
         self.outcomes.append(outcome)
         return outcome
@@ -4334,9 +4340,11 @@ class WriteResult:
         return len(self.groups)
 
     def close_group(self, group: int, facts_now: int) -> None:
+        """Record how many facts the entity of `group` holds after the call."""
         self.groups[group - 1] = (self.groups[group - 1][0], facts_now)
 
     def of(self, kind: str, what: str | None = None, group: int | None = None) -> list[Outcome]:
+        """The outcomes of one kind (optionally of one kind of item, and of one entity's group)."""
         return [o for o in self.outcomes if o.kind == kind and what in (None, o.what) and group in (None, o.group)]
 
     @classmethod
@@ -4539,6 +4547,7 @@ def parse_when(text: str, now: float, name: str) -> float:
 
 
 def describe_window(window: tuple[float, float]) -> str:
+    """A since/until window in words ("since 2026-11-24 09:30 UTC")."""
     start, end = (utc_stamp(t) if abs(t) != float("inf") else None for t in window)
     return (f"from {start} to {end}" if start and end else f"since {start}" if start else f"before {end}"
             if end else "at any time")
@@ -5098,6 +5107,8 @@ class Memory:
 
     # ── the nine reference tools ──
     def create_entities(self, entities: list[dict[str, Any]]) -> WriteResult:
+        """Tool create_entities: new entities with their facts; an existing name is skipped (as the reference does), a
+        refused name or fact says why."""
         def change(tx: Transaction) -> WriteResult:
             result = WriteResult("create_entities")
             for item in entities:
@@ -5121,6 +5132,8 @@ class Memory:
         return self._mutate("create entities " + ", ".join(_redacted(e["name"]) for e in entities[:5]), change)
 
     def create_relations(self, relations: list[dict[str, Any]]) -> WriteResult:
+        """Tool create_relations: relations between existing entities; duplicates skipped, unknown ends refused with
+        did-you-mean."""
         def change(tx: Transaction) -> WriteResult:
             result = WriteResult("create_relations")
             existing = {r.key for r in tx.graph.relations}
@@ -5152,6 +5165,8 @@ class Memory:
         return f" (did you mean {', '.join(map(_q, hint))}?)" if hint else ""
 
     def add_observations(self, observations: list[dict[str, Any]]) -> WriteResult:
+        """Tool add_observations: facts through the write-time curation (duplicates, supersede, possible conflicts, the
+        cap)."""
         def change(tx: Transaction) -> WriteResult:
             for item in observations:  # all or nothing, as the reference: an unknown entity saves nothing
                 try:
@@ -5170,6 +5185,7 @@ class Memory:
         return self._mutate("add facts to " + ", ".join(o["entityName"] for o in observations[:5]), change)
 
     def delete_entities(self, entityNames: list[str]) -> WriteResult:
+        """Tool delete_entities: entities and their relations go; their archives stay; unknown names are skipped."""
         def change(tx: Transaction) -> WriteResult:
             result = WriteResult("delete_entities")
             names = set(entityNames)
@@ -5198,6 +5214,7 @@ class Memory:
         return self._mutate("delete " + ", ".join(entityNames[:5]), change)
 
     def delete_observations(self, deletions: list[dict[str, Any]]) -> WriteResult:
+        """Tool delete_observations: facts by exact text; a text that is not there is said, not an error."""
         def change(tx: Transaction) -> WriteResult:
             result = WriteResult("delete_observations")
             for item in deletions:
@@ -5225,6 +5242,7 @@ class Memory:
         return self._mutate("delete facts from " + ", ".join(d["entityName"] for d in deletions[:5]), change)
 
     def delete_relations(self, relations: list[dict[str, Any]]) -> WriteResult:
+        """Tool delete_relations: relations by exact (from, to, relationType)."""
         def change(tx: Transaction) -> WriteResult:
             result = WriteResult("delete_relations", counts={"asked": len(relations)})
             wanted = {(r["from"], r["to"], r["relationType"]) for r in relations}
@@ -5290,6 +5308,7 @@ class Memory:
 
     def search_nodes(self, query: str, limit: int | None = None, since: str | None = None,
                      until: str | None = None) -> str:
+        """Tool search_nodes: entities where every query word matches somewhere, ranked, each with its best lines."""
         keep = self._written_in(time_window(since, until, time.time()))
         graph = self.fresh_graph()
         limit = max(1, min(int(limit or self.settings.search_limit), 200))
@@ -5356,6 +5375,8 @@ class Memory:
     OPEN_LIMIT_CHARS = 40_000
 
     def open_nodes(self, names: list[str]) -> str:
+        """Tool open_nodes: whole entities by exact name with their facts (marked pinned, fading, anchored) and
+        relations."""
         graph = self.fresh_graph()
         wanted = list(dict.fromkeys(names))
         found = [graph.get(n) for n in wanted if graph.get(n)]
@@ -5416,6 +5437,8 @@ class Memory:
         return self.receipts.ledger(self.client, "changes", {}, "\n".join([head] + lines[:limit]), graph)
 
     def recall(self, query: str, budget: int | None = None, since: str | None = None, until: str | None = None) -> str:
+        """Tool recall: the facts most relevant to `query` within `budget` tokens (recall_pipeline), with the footer
+        saying what was left out."""
         window = time_window(since, until, time.time())
         graph = self.fresh_graph()
         budget = self.settings.recall_budget if budget is None else int(budget)
@@ -5448,6 +5471,7 @@ class Memory:
         return text
 
     def mark_fact(self, entityName: str, observation: str, action: str) -> WriteResult:
+        """Tool mark_fact: pin, unpin, rate helpful or not_helpful, or mark a stale anchored fact verified."""
         graph = self.fresh_graph()
         entity = self._existing_entity(graph, entityName)
         text = self._find_fact(entity, observation)
@@ -5489,6 +5513,7 @@ class Memory:
                         f"{listing or 'none'}. Give the exact text.", "ambiguous" if hits else "not_found")
 
     def rename_entity(self, name: str, newName: str) -> WriteResult:
+        """Tool rename_entity: a new name; facts, relations, archive, pins and history follow."""
         def change(tx: Transaction) -> WriteResult:
             entity = self._existing_entity(tx.graph, name)
             refusal = name_refusal("newName", newName)
@@ -5519,6 +5544,7 @@ class Memory:
 
     def archived_observations(self, entityName: str, query: str | None = None,
                               restore: list[str] | None = None) -> Answer:
+        """Tool archived_observations: list an entity's archived facts (filtered by query) or restore chosen ones."""
         if restore:
             def change(tx: Transaction) -> WriteResult:
                 archived = [f.text for f in self.store.read_archive(entityName)]
@@ -5576,6 +5602,7 @@ class Memory:
 
     # ── edits the UI offers beyond the agent tools (same checks, same history) ──
     def set_entity_type(self, name: str, entityType: str) -> WriteResult:
+        """UI edit: change an entity's type."""
         def change(tx: Transaction) -> WriteResult:
             entity = self._existing_entity(tx.graph, name)
             refusal = name_refusal("entityType", entityType)
@@ -5590,6 +5617,7 @@ class Memory:
         return self._one_call(lambda: self._mutate(f"set type of {name}", change))
 
     def edit_fact(self, name: str, old: str, new: str) -> Answer:
+        """UI edit: replace one fact's text through the same checks as a new fact."""
         def change(tx: Transaction) -> Answer:
             entity = self._existing_entity(tx.graph, name)
             if old not in entity.observations:
@@ -5616,6 +5644,7 @@ class Memory:
         return self._one_call(lambda: self._mutate(f"edit a fact of {name}", change))
 
     def archive_fact(self, name: str, text: str) -> WriteResult:
+        """UI edit: move one fact to the entity's archive by hand."""
         def change(tx: Transaction) -> WriteResult:
             entity = self._existing_entity(tx.graph, name)
             if text not in entity.observations:
@@ -5760,6 +5789,7 @@ UNSUPPORTED_VERSION = -32022
 
 
 class RpcError(Exception):
+    """A JSON-RPC error reply (code, message, data) raised from inside request handling."""
     def __init__(self, code: int, message: str, data: Any = None):
         super().__init__(message)
         self.code, self.message, self.data = code, message, data
@@ -5836,6 +5866,7 @@ def managed_heap() -> Iterator[None]:
 
 
 class McpServer:
+    """The protocol side of graphmem: JSON-RPC messages in, replies out, for both protocol eras; one Memory."""
     def __init__(self, settings: Settings, warm_up: bool = False):
         self.settings = settings
         self._memory: Memory | None = None
@@ -5845,6 +5876,7 @@ class McpServer:
         self._warm_up = warm_up
 
     def memory(self) -> Memory:
+        """The Memory this server answers from, made on first use."""
         with self._memory_made:
             if self._memory is None:
                 self._memory = Memory(self.settings, self.client_name)
@@ -5872,6 +5904,7 @@ class McpServer:
         threading.Thread(target=warm_up, name="graphmem-warm-up", daemon=True).start()
 
     def server_info(self, version: str) -> dict[str, Any]:
+        """serverInfo for `version` (title only where the protocol has it)."""
         info: dict[str, Any] = {"name": SERVER_NAME, "version": __version__}
         if version >= "2025-06-18":
             info["title"] = "graphmem"
@@ -5879,6 +5912,7 @@ class McpServer:
 
     # ── one message in, at most one message out ──
     def handle_raw(self, raw: bytes) -> Any:
+        """One line from the client: a reply object (or a batch's list), None for a notification."""
         try:
             message = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
@@ -5888,6 +5922,7 @@ class McpServer:
         return self.handle(message)
 
     def handle_batch(self, batch: list[Any]) -> Any:
+        """A JSON-RPC batch: only protocol 2025-03-26 allowed them."""
         if self.version != "2025-03-26" or not batch:
             return _error(None, INVALID_REQUEST, "Invalid Request: batches are only part of protocol 2025-03-26")
         replies = []
@@ -5901,6 +5936,7 @@ class McpServer:
         return replies or None
 
     def handle(self, message: Any) -> dict[str, Any] | None:
+        """One JSON-RPC message: the reply, None for notifications and responses; never raises."""
         if not isinstance(message, dict):
             return _error(None, INVALID_REQUEST, "Invalid Request: expected a JSON object")
         if "method" not in message:
@@ -5941,11 +5977,13 @@ class McpServer:
         return {"jsonrpc": "2.0", "id": rid, "result": result}
 
     def notify(self, method: str, params: Any) -> None:
+        """A notification from the client: nothing to answer."""
         if method not in ("notifications/initialized", "notifications/cancelled"):
             log(f"ignored notification {method}")
 
     # ── handshake era (2024-11-05 .. 2025-11-25) ──
     def legacy(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request of the handshake era (2024-11-05 .. 2025-11-25): initialize first, then tools."""
         if method == "initialize":
             requested = params.get("protocolVersion")
             self.version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
@@ -5970,6 +6008,7 @@ class McpServer:
 
     # ── stateless era (2026-07-28): version and capabilities on every request ──
     def modern(self, method: str, params: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        """A request of the stateless era (2026-07-28): each carries its version and capabilities in _meta."""
         version = meta.get(META_VERSION)
         if not isinstance(version, str) or not isinstance(meta.get(META_CAPABILITIES), dict):
             raise RpcError(INVALID_PARAMS, f"Invalid params: _meta needs \"{META_VERSION}\" (string) and "
@@ -5994,11 +6033,13 @@ class McpServer:
         return result
 
     def discover(self) -> dict[str, Any]:
+        """server/discover: versions, capabilities and instructions, without a handshake."""
         return {"resultType": "complete", "supportedVersions": list(MODERN_VERSIONS),
                 "capabilities": {"tools": {"listChanged": False}}, "instructions": with_limits(INSTRUCTIONS, self.settings),
                 "ttlMs": 0, "cacheScope": "public", "_meta": {META_SERVER: self.server_info(MODERN_VERSIONS[-1])}}
 
     def call(self, params: dict[str, Any]) -> dict[str, Any]:
+        """tools/call: run the tool (inside managed_heap) and wrap its text as MCP content."""
         name = params.get("name")
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "Invalid params: tools/call needs a tool name")
@@ -6113,6 +6154,7 @@ class HttpSession(McpServer):
         self.current: Memory | None = None
 
     def memory(self) -> Memory:
+        """The shared Memory of the request's project, which the HTTP server bound before this message."""
         assert self.current is not None, "the HTTP server binds a Memory before handling a message"
         return self.current  # shared: each call names its client (McpServer.call)
 
@@ -6133,6 +6175,7 @@ class HttpMcp:
 
     # ── who may talk to us ──
     def token_ok(self, header: str) -> bool:
+        """Whether an Authorization header carries our bearer token (compared in constant time)."""
         scheme, _, given = header.partition(" ")
         return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), self.token.encode())
 
@@ -6166,6 +6209,8 @@ class HttpMcp:
         return self._memories[key]
 
     def project_settings(self, raw: str) -> Settings:
+        """The settings of the project an X-Graphmem-Project header names (an absolute path on this host); HttpError
+        400 otherwise."""
         value = raw.encode("latin-1", "replace").decode("utf-8", "replace").strip()  # headers arrive as latin-1
         path = Path(value)
         if not value or not path.is_absolute():
@@ -6181,6 +6226,7 @@ class HttpMcp:
 
     # ── handshake-era sessions ──
     def new_session(self) -> tuple[str, HttpSession]:
+        """A new handshake-era session and its id (the oldest are dropped past HTTP_SESSIONS_KEPT)."""
         sid = secrets.token_urlsafe(24)
         session = HttpSession(self.settings)
         self._sessions[sid] = session
@@ -6189,6 +6235,7 @@ class HttpMcp:
         return sid, session
 
     def session(self, sid: str | None, rid: Any = None) -> HttpSession:
+        """The session an Mcp-Session-Id names; HttpError 400 without one, 404 for an unknown one."""
         if not sid:
             raise HttpError(400, f"Bad Request: no {HTTP_SESSION_HEADER} header; send initialize first and "
                                  f"repeat the {HTTP_SESSION_HEADER} it returns (or, in protocol 2026-07-28, "
@@ -6201,6 +6248,7 @@ class HttpMcp:
         return session
 
     def end_session(self, sid: str | None) -> None:
+        """DELETE /mcp: forget a session (404 when unknown)."""
         with self.calls:
             self.session(sid)
             del self._sessions[sid]
@@ -6341,6 +6389,8 @@ def wants_sse(accept: str) -> bool:
 
 
 def make_http_handler(mcp: HttpMcp) -> type:
+    """The request handler class of --http, bound to `mcp`: auth, Origin and Host checks, body limits, then McpServer's
+    handling of the message."""
     from http.server import BaseHTTPRequestHandler
 
     class Handler(BaseHTTPRequestHandler):
@@ -6635,6 +6685,7 @@ class UiApi:
         return {**data, "tier": name, "tiers": self.tiers()}
 
     def graph(self) -> dict[str, Any]:
+        """/api/graph: every entity with its facts' state (pinned, retention, fading, date, anchor) and the relations."""
         m = self.memory
         with m.lock:
             graph = m.fresh_graph()
@@ -6668,10 +6719,12 @@ class UiApi:
         return {name: len(parse_archive(read_archive_text(path))) for name, path in self._archive_files()}
 
     def archived(self, name: str) -> dict[str, Any]:
+        """/api/archived: an entity's archived facts, why and when."""
         facts = self.memory.store.read_archive(name)
         return {"name": name, "facts": [{"text": f.text, "why": f.why, "when": f.when} for f in facts]}
 
     def search(self, query: str) -> dict[str, Any]:
+        """/api/search: entities matching every word, and archived facts that do."""
         words = query_words(query)
         with self.memory.lock:
             self.memory.fresh_graph()
@@ -6685,6 +6738,8 @@ class UiApi:
         return {"query": query, "entities": names, "archivedHits": hits[:200]}
 
     def overview(self) -> dict[str, Any]:
+        """/api/overview: what needs attention (pending, over the cap, fading, stale anchors), the most connected
+        entities, the receipts and the probes."""
         m = self.memory
         with m.lock:
             graph = m.fresh_graph()
@@ -6702,11 +6757,13 @@ class UiApi:
                 "fading": fading[:50], "stale": stale[:50], "receipts": receipts(m), "probes": ui_probes(m)}
 
     def history(self, limit: int) -> dict[str, Any]:
+        """/api/history: the newest changes, who made them, undone or not."""
         rows = self.memory.meta.history(max(1, min(limit, 200)))
         return {"changes": [{"id": i, "ts": utc_stamp(ts, "%Y-%m-%dT%H:%M:%SZ"),
                              "client": c, "summary": s + (" (undone)" if u else "")} for i, ts, c, s, u in rows]}
 
     def op(self, body: dict[str, Any]) -> dict[str, Any]:
+        """/api/op: one change from the page through the same handlers as an agent's, answered as data (ui_reply)."""
         name = body.get("op")
         spec = UI_OPS.get(name) if isinstance(name, str) else None
         if spec is None:
@@ -6802,6 +6859,7 @@ UI_OPS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[Answer, bool]]]] = 
 
 
 def receipts(memory: Memory) -> dict[str, Any]:
+    """The savings ledger for the UI's overview: calls, tokens returned and the reference's, saved, and per day."""
     rows, series = memory.meta.ledger_totals(), memory.meta.ledger_series()
     saved = max(rows[2] - rows[1], 0)
     s = memory.settings
@@ -7502,6 +7560,8 @@ def renamed(graph: Graph, renames: dict[str, str]) -> Graph:
 
 
 def merge_entity(b: Entity | None, o: Entity, t: Entity, notes: list[str]) -> Entity:
+    """One entity as both sides left it: ours' type unless only theirs changed it (a type changed on both sides keeps
+    ours, noted), every fact either side kept or added (ours first), deletions on one side honoured."""
     etype = o.entityType
     if o.entityType != t.entityType:
         if b is not None and o.entityType == b.entityType:
@@ -7584,6 +7644,7 @@ def graph_file_facts(path: Path) -> tuple[int, int] | None:
 
 
 def describe_tier_file(path: Path) -> str:
+    """One line about a tier's graph file: facts, entities and the last write, or that it does not exist yet."""
     counts = graph_file_facts(path)
     if counts is None:
         return f"{path} (no file yet)"
@@ -7809,6 +7870,7 @@ def most_used(memory: Memory, limit: int = 30) -> list[str]:
 
 
 def recall_lines(memory: Memory, query: str, budget: int) -> list[str]:
+    """The lines recall answers for `query` within `budget` tokens ([] when it fails): the briefing's last part."""
     text, is_error = memory.call_tool("recall", {"query": query, "budget": max(50, budget)})
     return [] if is_error else text.splitlines()
 
@@ -7837,6 +7899,7 @@ def markdown_item(text: str) -> str:
 
 
 def read_markdown_item(line: str) -> str:
+    """The text of a "- " item of an exported note (a JSON string when the fact needed quoting)."""
     body = line[2:]
     if body.startswith('"'):
         with contextlib.suppress(ValueError):
@@ -8486,6 +8549,7 @@ def toml_string(value: str) -> str:
 
 
 def protocol_text() -> str:
+    """AGENT-PROTOCOL.md as installed beside the server (--protocol prints it)."""
     path = asset_path("AGENT-PROTOCOL.md")
     if path is None:
         raise ConfigError("AGENT-PROTOCOL.md is missing from this installation")
@@ -8493,6 +8557,7 @@ def protocol_text() -> str:
 
 
 def write_skill(folder: Path) -> Path:
+    """Write the graphmem skill (SKILL.md with front matter and the agent protocol) under `folder`; returns its path."""
     target = folder / "graphmem" / "SKILL.md"
     target.parent.mkdir(parents=True, exist_ok=True)
     front = ("---\nname: graphmem\ndescription: Long-term memory across sessions through the graphmem MCP server. "
@@ -8503,6 +8568,7 @@ def write_skill(folder: Path) -> Path:
 
 
 def write_demo_graph(settings: Settings) -> None:
+    """The demo graph of --ui --demo (a fictional small software shop) with its archive, written to settings.file_path."""
     today = dt.date.today()
     settings.file_path.parent.mkdir(parents=True, exist_ok=True)
     settings.file_path.write_text("\n".join(demo_graph_lines(today)), encoding="utf-8")
@@ -8560,6 +8626,7 @@ def print_briefing(settings: Settings, budget: int, query: str | None, hook_json
 
 
 def markdown_command(settings: Settings, export: list[str] | None, source: Path | None) -> int:
+    """--export markdown DIR and --import DIR: Markdown notes out of and into the graph."""
     memory = Memory(settings, "cli")
     if export:
         if export[0] != "markdown":

@@ -464,6 +464,14 @@ def fsync_folder(folder: Path) -> None:
             os.close(dir_fd)
 
 
+def _file_size(path: Path) -> int:
+    """A file's size in bytes, 0 when it does not exist."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _file_bytes(path: Path) -> bytes | None:
     """A file's bytes, or None when it does not exist."""
     try:
@@ -2842,7 +2850,8 @@ def pack_facts(query: str, ranking: Ranking, budget: int, types: dict[str, str],
         shown.append(fact)
         seen_entities.add(fact.entity)
 
-    room, used = chars_for_tokens(budget) - len(footer(gated, budget, hint=False)) - 8, 0  # a generous reserve for the footer
+    # 8 characters: a generous reserve for the footer
+    room, used = chars_for_tokens(budget) - len(footer(gated, budget, hint=False)) - 8, 0
     for fact in gated:
         if fits(fact, used, room):
             used += cost(fact)
@@ -2982,7 +2991,8 @@ def reference_size(entity_sizes: list[int], relation_sizes: list[int]) -> int:
         if not sizes:
             return len(f'  "{name}": []')
         return len(f'  "{name}": [\n') + sum(sizes) + 2 * (len(sizes) - 1) + len("\n  ]")
-    return len("{\n") + section("entities", entity_sizes) + len(",\n") + section("relations", relation_sizes) + len("\n}")
+    return (len("{\n") + section("entities", entity_sizes) + len(",\n") + section("relations", relation_sizes)
+            + len("\n}"))
 
 
 def reference_answer_text(graph: Graph, tool: str, args: dict[str, Any]) -> str:
@@ -3030,7 +3040,8 @@ _SECRET_CUE = re.compile(r"(?i)\b(?:secrets?|tokens?|passwords?|passphrases?|cre
                          r"(?:api|signing|encryption|private|access|secret|master|client|webhook|deploy)[ _-]?keys?)\b")
 _DIGEST_CUE = re.compile(r"(?i)\b(?:sha\d*|md5|digest|checksum|hash(?:es)?|commit|revision|rev|fingerprint|uuid|"
                          r"guid|id|etag|build|trace|request)\b")
-_CUED_VALUE = re.compile(r"(?<![\w+/-])(?:(?P<hex>[0-9a-fA-F]{32,}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})|"
+_CUED_VALUE = re.compile(r"(?<![\w+/-])(?:(?P<hex>[0-9a-fA-F]{32,}|"
+                         r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})|"
                          r"(?=[\w+/-]*[a-z])(?=[\w+/-]*[A-Z])(?=[\w+/-]*[0-9])[\w+/-]{24,}={0,2})(?![\w+/-])")
 _SENTENCE_END = re.compile(r"[.;!?]\s")
 
@@ -3117,7 +3128,8 @@ _OPPOSABLE_WORDS = STOP_WORDS - _HARMLESS_WORDS
 # is its value, so a new value there replaces the old one; after another linking verb ("uses Redis for caching"
 # / "for queues") both can be true, so both are kept and the older is named as a possible conflict.
 _SUBJECT_SEPARATOR = re.compile(r"\s(?:->|→)\s|:\s|=")
-COPULAS = frozenset("is are was were be becomes became equals remains stays set changed moved switched defaults".split())
+COPULAS = frozenset("is are was were be becomes became equals remains stays set changed moved switched defaults"
+                    .split())
 LINK_VERBS = frozenset("""must should can cannot will may might need needs requires require required uses use used
 using runs run deploys deployed lives points listens hosted owned maintained wrote written writes stored served built
 supports supported targets has have had goes depends calls sends reads handles owns contains includes talks blocks
@@ -3125,12 +3137,14 @@ supports supported targets has have had goes depends calls sends reads handles o
 _CLAUSE_SPLIT = re.compile(r"\s*;\s*|(?<=\w)[.!?]\s+(?=[A-Z])")
 # States a status report gives ("Status: open", "2026-02-11: fixed and merged, closing", "rolled out to 10% of
 # users", "now generally available"); phrases are joined into one word first.
-_STATUS_PHRASES = [(re.compile(r"\bnot (?:yet )?started\b"), " notstarted "), (re.compile(r"\bin[ -]progress\b"), " inprogress "),
-                   (re.compile(r"\brolled out to (\d+)\s*%"), r" rollout\1 "), (re.compile(r"\bgenerally available\b"), " ga "),
+_STATUS_PHRASES = [(re.compile(r"\bnot (?:yet )?started\b"), " notstarted "),
+                   (re.compile(r"\bin[ -]progress\b"), " inprogress "),
+                   (re.compile(r"\brolled out to (\d+)\s*%"), r" rollout\1 "),
+                   (re.compile(r"\bgenerally available\b"), " ga "),
                    (re.compile(r"\bwon'?t fix\b"), " wontfix ")]
-STATE_WORDS = frozenset("""open opened todo planned pending notstarted started inprogress wip blocked draft review reviewing
-testing beta canary partial investigating reopened triaged proposed fixed done merged closed closing shipped released
-resolved complete completed finished ga launched cancelled canceled abandoned wontfix rejected live""".split())
+STATE_WORDS = frozenset("""open opened todo planned pending notstarted started inprogress wip blocked draft review
+reviewing testing beta canary partial investigating reopened triaged proposed fixed done merged closed closing shipped
+released resolved complete completed finished ga launched cancelled canceled abandoned wontfix rejected live""".split())
 _ROLLOUT = re.compile(r"rollout\d+")
 _STATE_HINT = re.compile("|".join(sorted(STATE_WORDS | {"started", "progress", "rolled", "available", "fix"})))
 _STATUS_FILLER = frozenset("status state now currently users traffic customers everyone".split())
@@ -3283,7 +3297,8 @@ def _compare_clauses(old: str, new: str, vector: Callable[[str], dict[int, float
                 for i, o in enumerate(olds) for j, n in enumerate(news)}
     if all(any(verdicts[i, j] in ("duplicate", "near") for i in range(len(olds))) for j in range(len(news))):
         return "near"
-    replaced = [any(verdicts[i, j] in ("duplicate", "near", "supersede") for j in range(len(news))) for i in range(len(olds))]
+    replaced = [any(verdicts[i, j] in ("duplicate", "near", "supersede") for j in range(len(news)))
+                for i in range(len(olds))]
     changed = any(v in ("supersede", "conflict") for v in verdicts.values())
     if all(replaced) and "supersede" in verdicts.values():
         return "supersede"
@@ -3311,7 +3326,8 @@ def fact_keys(text: str, vector: dict[int, float], stored: bool) -> tuple[Keys, 
     body = _body(text)
     words = tokenize(body)
     negated = bool(NEGATIONS & set(words))
-    keys: Keys = {("text", normalise_fact(text)), ("stems", frozenset({stem(w) for w in words} - NEGATIONS - STOP_WORDS)),
+    keys: Keys = {("text", normalise_fact(text)),
+                  ("stems", frozenset({stem(w) for w in words} - NEGATIONS - STOP_WORDS)),
                   ("order", negated, tuple(_word_key(w) for w in _content_words(words)))}
     ends = [("head", *words[:2]), ("tail", *words[-2:]), ("ends", words[0], words[-1])] if len(words) >= 2 else []
     for pair in ends:
@@ -4098,8 +4114,8 @@ class AnchorChecker:
             where = (path, symbol)
         kind, fp = self._locate(root, *where)
         if kind != "ok" or fp is None:
-            raise ToolError(f"cannot verify: {anchor_label(*where)} {'does not parse' if kind == 'unparsable' else 'is missing'}"
-                            + (f" ({fp})" if kind == "unparsable" else ""))
+            problem = f"does not parse ({fp})" if kind == "unparsable" else "is missing"
+            raise ToolError(f"cannot verify: {anchor_label(*where)} {problem}")
         was = st["state"]
         row.path, row.symbol, row.fingerprint, row.verified = where[0], where[1], fp, time.time()
         row.mtime_ns, row.size = self._trusted_stamp(root, row.path)
@@ -4122,7 +4138,8 @@ class ProbeResult:
     hit: bool
 
 
-def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: int, memory: "Memory") -> list[ProbeResult]:
+def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: int,
+               memory: "Memory") -> list[ProbeResult]:
     """A probe hits when recall on `graph` still returns its fact (or, for an entity probe, the entity): the
     same recall_pipeline agents get, with the same strength, stale-anchor penalty and flags."""
     index = SearchIndex()
@@ -4130,8 +4147,8 @@ def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: in
     notes, flags = memory.lifecycle.fact_notes(graph), memory.lifecycle.conflict_notes(graph)
     results = []
     for query, entity, fact, _source in probes:
-        packed = recall_pipeline(index, graph, query, budget, memory.lifecycle.strength, memory.anchors.rank_penalty, notes,
-                                 flags=flags)
+        packed = recall_pipeline(index, graph, query, budget, memory.lifecycle.strength,
+                                 memory.anchors.rank_penalty, notes, flags=flags)
         shown = {(f.entity, f.text) for f in packed.shown}
         hit = (entity, fact) in shown if fact else any(e == entity for e, _ in shown)
         results.append(ProbeResult(query, entity, fact, hit))
@@ -4621,7 +4638,8 @@ def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 _ENTITY_ITEM = _obj({"name": _s("The name of the entity"), "entityType": _s("The type of the entity"),
-                     "observations": _arr({"type": "string"}, "An array of observation contents associated with the entity")},
+                     "observations": _arr({"type": "string"},
+                                          "An array of observation contents associated with the entity")},
                     ["name", "entityType", "observations"])
 _RELATION_ITEM = _obj({"from": _s("The name of the entity where the relation starts"),
                        "to": _s("The name of the entity where the relation ends"),
@@ -4629,7 +4647,8 @@ _RELATION_ITEM = _obj({"from": _s("The name of the entity where the relation sta
 
 
 def _annotations(read_only: bool, destructive: bool, idempotent: bool) -> dict[str, bool]:
-    return {"readOnlyHint": read_only, "destructiveHint": destructive, "idempotentHint": idempotent, "openWorldHint": False}
+    return {"readOnlyHint": read_only, "destructiveHint": destructive, "idempotentHint": idempotent,
+            "openWorldHint": False}
 
 
 # The MCP tool annotations, by kind of tool (hints a client may use to ask before a call, never a guarantee).
@@ -4655,8 +4674,8 @@ _SCOPE = {"type": "string", "enum": ["project", "global"],
 
 TOOLS: list[Tool] = [
     Tool("create_entities", "Create Entities",
-         "Create entities with short facts (one idea each, <={obs_max_chars} chars; prefix changing facts with an ISO date). "
-         "Existing names are skipped.",
+         "Create entities with short facts (one idea each, <={obs_max_chars} chars; prefix changing facts with an "
+         "ISO date). Existing names are skipped.",
          _obj({"entities": _arr(_ENTITY_ITEM), "scope": _SCOPE}, ["entities"]), ADDS),
     Tool("create_relations", "Create Relations",
          "Create relations between existing entities, in active voice (depends_on, part_of, blocks).",
@@ -4756,7 +4775,8 @@ def validate_args(schema: dict[str, Any], value: Any, path: str = "") -> str | N
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "value")
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "value")
 
 
 def _q(text: str, limit: int = 80) -> str:
@@ -4971,7 +4991,8 @@ class Memory:
             except WriteConflict as err:
                 log(f"{err}; re-reading and applying the change again ({attempt}/{WRITE_ATTEMPTS})")
                 if attempt == WRITE_ATTEMPTS:
-                    raise StoreError(f"{err}, {WRITE_ATTEMPTS} times in a row; nothing was changed, try again") from None
+                    raise StoreError(f"{err}, {WRITE_ATTEMPTS} times in a row; nothing was changed, "
+                                     "try again") from None
         self._after_commit(tx, summary, changes)
         if isinstance(result, WriteResult):
             for note in tx.notes:
@@ -5276,12 +5297,14 @@ class Memory:
         follows = "; your global memory follows" if other and other.fresh_graph().entities else ""
         nested = self.settings.tier == "global" and self.settings.project is not None  # under GLOBAL_HEADER
         where = "" if self.settings.tier == "file" or nested else f"{tier_title(self.settings)}{follows}: "
-        lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, {graph.fact_count()} facts. "
-                 "Names by type (fact count), most connected first; open_nodes or recall for facts."]
+        lines = [f"{where}{len(graph.entities)} entities, {len(graph.relations)} relations, "
+                 f"{graph.fact_count()} facts. Names by type (fact count), most connected first; "
+                 "open_nodes or recall for facts."]
         if entityType is not None:
             if entityType not in by_type:
                 hint = did_you_mean(entityType, by_type)
-                return f"No entities of type {_q(entityType)}" + (f"; types: {', '.join(map(_q, hint or sorted(by_type)[:20]))}." if by_type else ".")
+                types = ", ".join(map(_q, hint or sorted(by_type)[:20]))
+                return f"No entities of type {_q(entityType)}" + (f"; types: {types}." if by_type else ".")
             by_type = {entityType: by_type[entityType]}
         cap = None if entityType is not None else self.READ_GRAPH_PER_TYPE
         for etype in sorted(by_type, key=str.lower):
@@ -5313,7 +5336,8 @@ class Memory:
         graph = self.fresh_graph()
         limit = max(1, min(int(limit or self.settings.search_limit), 200))
         if not query.strip():
-            return self.receipts.ledger(self.client, "search_nodes", {"query": query}, "Empty query: give a word to search for.", graph)
+            return self.receipts.ledger(self.client, "search_nodes", {"query": query},
+                                        "Empty query: give a word to search for.", graph)
         docs = self.index.match_entities(query)
         ranking = self.index.rank_facts(query, self.lifecycle.strength, self.anchors.rank_penalty)
         if keep is not None:  # since/until: entities with a fact written then, and only those facts shown
@@ -5334,7 +5358,8 @@ class Memory:
         touching = self.index.touching(graph)
         fallback = not docs
         if fallback:  # nothing has every word: offer the closest entities by ranking, and say so
-            docs = [d for name in dict.fromkeys(f.entity for f in ranking.facts) for d in self.index.docs_named(name)[:1]]
+            docs = [d for name in dict.fromkeys(f.entity for f in ranking.facts)
+                    for d in self.index.docs_named(name)[:1]]
             if not docs:
                 text = f"No entities match {_q(query)} (every word must match a name, type, fact or relation type)."
                 return self.receipts.ledger(self.client, "search_nodes", {"query": query}, text, graph)
@@ -5362,7 +5387,8 @@ class Memory:
                         if any(w in r.relationType.lower() for w in words)]
                 lines += [f"    › {line}" for line in rels[:room - len(snippets)]]
         self.probes.remember_result(query, shown_facts)
-        return self.receipts.ledger(self.client, "search_nodes", {"query": query}, "\n".join(lines + self._warnings(graph)), graph)
+        return self.receipts.ledger(self.client, "search_nodes", {"query": query},
+                                    "\n".join(lines + self._warnings(graph)), graph)
 
     @staticmethod
     def _snippet(text: str, words: list[str]) -> str:
@@ -5408,7 +5434,8 @@ class Memory:
             text = text.strip() or "Nothing found."
         self.meta.reinforce(shown_keys)
         self.probes.learn(shown_names)
-        return self.receipts.ledger(self.client, "open_nodes", {"names": names}, text.strip() + "\n".join([""] + self._warnings(graph)).rstrip(), graph)
+        text = text.strip() + "\n".join([""] + self._warnings(graph)).rstrip()
+        return self.receipts.ledger(self.client, "open_nodes", {"names": names}, text, graph)
 
     def _written_in(self, window: tuple[float, float] | None) -> Callable[[str, str], bool] | None:
         """keep(entity, fact) for facts written in `window` (memory.db's first sighting), None for no window."""
@@ -5426,8 +5453,9 @@ class Memory:
         limit = max(1, min(int(limit or 50), 500))
         history = [(ts, c) for ts, c in self.meta.changes_since(start) if ts < end]
         lines = change_lines(history)
-        known = {o for _, c in history for item in c.get("entities", []) for side in (item.get("before"), item.get("after"))
-                 if side for o in side["observations"]}  # facts the history explains (renames keep first sightings)
+        # facts the history explains (renames keep first sightings)
+        known = {o for _, c in history for item in c.get("entities", [])
+                 for side in (item.get("before"), item.get("after")) if side for o in side["observations"]}
         lines += [f"+ {name}: {text} (first seen {utc_stamp(ts)}, written by another tool)"
                   for ts, name, text in first_seen(self.meta, start) if ts < end and text not in known]
         window = describe_window((start, end))
@@ -5443,11 +5471,13 @@ class Memory:
         graph = self.fresh_graph()
         budget = self.settings.recall_budget if budget is None else int(budget)
         if budget < 50:
-            raise ToolError(f"budget {budget} is too small: give at least 50 tokens (default {self.settings.recall_budget})")
+            raise ToolError(f"budget {budget} is too small: give at least 50 tokens "
+                            f"(default {self.settings.recall_budget})")
         if not query.strip():
             raise ToolError("empty query: say in a few words what you are about to work on")
         packed = recall_pipeline(self.index, graph, query, budget, self.lifecycle.strength, self.anchors.rank_penalty,
-                                 self.lifecycle.fact_notes(graph), keep=self._written_in(window), flags=self.lifecycle.conflict_notes(graph))
+                                 self.lifecycle.fact_notes(graph), keep=self._written_in(window),
+                                 flags=self.lifecycle.conflict_notes(graph))
         clock = self.meta.clock()
         fading = sum(1 for f in packed.shown if self.lifecycle.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))
@@ -5496,8 +5526,8 @@ class Memory:
             self.meta.states.pop((db_text(entity.name), db_text(text)), None)  # re-read from memory.db next time
             self.meta.reconcile(graph, -1, self.client)
             raise ToolError(f"Not saved: {self.meta.problem}; the fact is unchanged, try again in a moment")
-        self.meta.record_history(self.client, f"{action} a fact on {entity.name}", {"entities": [], "relationsAdded": [],
-                                 "relationsRemoved": [], "marked": [entity.name, text, action]})
+        self.meta.record_history(self.client, f"{action} a fact on {entity.name}", {
+            "entities": [], "relationsAdded": [], "relationsRemoved": [], "marked": [entity.name, text, action]})
         result = WriteResult("mark_fact")
         result.add("changed", "mark", entity.name, text=text, reason=action, detail=message)
         return result
@@ -5778,7 +5808,8 @@ META_SERVER = "io.modelcontextprotocol/serverInfo"
 INSTRUCTIONS = (
     "graphmem is your memory across sessions. Before a task, call recall with what you are about to do; "
     "open_nodes for entities you know by name. Record decisions, gotchas and state changes as short facts "
-    "(one idea, <={obs_max_chars} chars; start facts that can change with an ISO date, e.g. '2026-03-02: deployed 2.4.0'). "
+    "(one idea, <={obs_max_chars} chars; start facts that can change with an ISO date, "
+    "e.g. '2026-03-02: deployed 2.4.0'). "
     "End a fact about specific code with [@path/file.py::Symbol] so memory notices when that code changes. "
     "Never store secrets: record where they live.")
 
@@ -5928,7 +5959,8 @@ class McpServer:
         replies = []
         for message in batch:
             if isinstance(message, dict) and message.get("method") == "initialize":
-                replies.append(_error(message.get("id"), INVALID_REQUEST, "Invalid Request: initialize cannot be batched"))
+                replies.append(_error(message.get("id"), INVALID_REQUEST,
+                                      "Invalid Request: initialize cannot be batched"))
                 continue
             reply = self.handle(message)
             if reply is not None:
@@ -5949,7 +5981,8 @@ class McpServer:
         if has_id and not _valid_id(rid):
             return _error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-            return _error(rid, INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\" and method a string") if has_id else None
+            problem = "Invalid Request: jsonrpc must be \"2.0\" and method a string"
+            return _error(rid, INVALID_REQUEST, problem) if has_id else None
         method = message["method"]
         params = message.get("params")
         if params is None:
@@ -5991,7 +6024,8 @@ class McpServer:
             if isinstance(info, dict) and isinstance(info.get("name"), str):
                 self.client_name = info["name"]
             return {"protocolVersion": self.version, "capabilities": {"tools": {"listChanged": False}},
-                    "serverInfo": self.server_info(self.version), "instructions": with_limits(INSTRUCTIONS, self.settings)}
+                    "serverInfo": self.server_info(self.version),
+                    "instructions": with_limits(INSTRUCTIONS, self.settings)}
         if method == "ping":
             return {}
         if method == "server/discover":
@@ -6035,8 +6069,9 @@ class McpServer:
     def discover(self) -> dict[str, Any]:
         """server/discover: versions, capabilities and instructions, without a handshake."""
         return {"resultType": "complete", "supportedVersions": list(MODERN_VERSIONS),
-                "capabilities": {"tools": {"listChanged": False}}, "instructions": with_limits(INSTRUCTIONS, self.settings),
-                "ttlMs": 0, "cacheScope": "public", "_meta": {META_SERVER: self.server_info(MODERN_VERSIONS[-1])}}
+                "capabilities": {"tools": {"listChanged": False}},
+                "instructions": with_limits(INSTRUCTIONS, self.settings), "ttlMs": 0, "cacheScope": "public",
+                "_meta": {META_SERVER: self.server_info(MODERN_VERSIONS[-1])}}
 
     def call(self, params: dict[str, Any]) -> dict[str, Any]:
         """tools/call: run the tool (inside managed_heap) and wrap its text as MCP content."""
@@ -6122,7 +6157,8 @@ def serve_stdio(settings: Settings) -> int:
 HTTP_ENDPOINT = "/mcp"
 HTTP_BODY_LIMIT = 4 * 1024 * 1024  # bytes; create_entities with 1000 facts of 300 chars is ~0.4 MB (guess x10)
 HTTP_READ_TIMEOUT = 30.0  # seconds a client may take for its headers, its body, or idle between requests
-HTTP_LISTEN_BACKLOG = 128  # connections waiting for accept(); socketserver's 5 reset 13 of 32 clients connecting at once
+# connections waiting for accept(); socketserver's 5 reset 13 of 32 clients connecting at once
+HTTP_LISTEN_BACKLOG = 128
 HTTP_SESSIONS_KEPT = 1000  # handshake-era sessions remembered (least recently used dropped): a guess
 HTTP_PROJECT_HEADER = "X-Graphmem-Project"  # absolute path of a project root on the server host
 HTTP_TOKEN_ENV = "MEMORY_HTTP_TOKEN"
@@ -6638,8 +6674,9 @@ UI_KEY_USED = ("This link was already used: its key works once, in the browser t
 def asset_path(name: str) -> Path | None:
     """ui.html and AGENT-PROTOCOL.md: beside this file in a checkout, under <prefix>/share/graphmem when installed."""
     import site
-    candidates = [Path(__file__).resolve().with_name(name), Path(sys.prefix) / "share" / "graphmem" / name,
-                  Path(site.getuserbase()) / "share" / "graphmem" / name, Path(sys.base_prefix) / "share" / "graphmem" / name]
+    shared = [Path(prefix) / "share" / "graphmem" / name
+              for prefix in (sys.prefix, site.getuserbase(), sys.base_prefix)]
+    candidates = [Path(__file__).resolve().with_name(name), *shared]
     return next((c for c in candidates if c.is_file()), None)
 
 
@@ -6685,7 +6722,8 @@ class UiApi:
         return {**data, "tier": name, "tiers": self.tiers()}
 
     def graph(self) -> dict[str, Any]:
-        """/api/graph: every entity with its facts' state (pinned, retention, fading, date, anchor) and the relations."""
+        """/api/graph: every entity with its facts' state (pinned, retention, fading, date, anchor), and the
+        relations."""
         m = self.memory
         with m.lock:
             graph = m.fresh_graph()
@@ -6698,10 +6736,12 @@ class UiApi:
                     state = m.meta.state(e.name, text)
                     retention = state.retention(clock)
                     facts.append({"text": text, "pinned": state.pinned, "retention": round(retention, 3),
-                                  "fading": m.lifecycle.fading(e, text, clock) is not None, "dated": fact_date(text) is not None,
-                                  "date": fact_date(text), "anchor": m.anchors.status(e.name, text)})
+                                  "fading": m.lifecycle.fading(e, text, clock) is not None,
+                                  "dated": fact_date(text) is not None, "date": fact_date(text),
+                                  "anchor": m.anchors.status(e.name, text)})
                 entities.append({"name": e.name, "entityType": e.entityType, "facts": facts,
-                                 "archived": archived.get(e.name, 0), "overCap": len(e.observations) > m.settings.obs_max})
+                                 "archived": archived.get(e.name, 0),
+                                 "overCap": len(e.observations) > m.settings.obs_max})
             return {"version": m.version(), "file": str(m.settings.file_path), "unreadable": len(graph.unreadable),
                     "limits": {"obsMaxChars": m.settings.obs_max_chars, "obsMax": m.settings.obs_max},
                     "entities": entities,
@@ -6744,8 +6784,10 @@ class UiApi:
         with m.lock:
             graph = m.fresh_graph()
             degree = {name: len(ix) for name, ix in m.index.touching(graph).items()}
-            fading = [{"entity": e, "text": o, "retention": round(r, 3)} for r, e, o in m.lifecycle.fading_facts(graph)]
-            stale = [{"entity": e.name, "text": o, "detail": st["detail"]} for e in graph.entities for o in e.observations
+            fading = [{"entity": e, "text": o, "retention": round(r, 3)}
+                      for r, e, o in m.lifecycle.fading_facts(graph)]
+            stale = [{"entity": e.name, "text": o, "detail": st["detail"]}
+                     for e in graph.entities for o in e.observations
                      for st in [m.anchors.status(e.name, o)] if st and st["state"] != "current"]
             return {
                 "pending": [e.name for e in graph.entities
@@ -7472,7 +7514,8 @@ def demo_archive() -> "dict[str, list[str]]":
 # 13. Team: project memory committed with the code, merged by git without conflicts
 # ════════════════════════════════════════════════════════════════════════════
 
-TEAM_GITIGNORE = """# graphmem: local-only files (metadata, lock, backups, temp files); the graph and its archive are shared
+TEAM_GITIGNORE = """# graphmem: local-only files (metadata, lock, backups, temp files);
+# the graph and its archive are shared
 *.db
 *.db-*
 *.db.corrupt-*
@@ -7599,7 +7642,7 @@ def merge_graphs(base: Graph, ours: Graph, theirs: Graph) -> tuple[Graph, list[s
                     notes.append(f"{name}: deleted on one side, changed on the other; kept")
                 entities.append(side.copy())
     relations = {r.key: r for r in [*theirs.relations, *ours.relations]}
-    keys = three_way([r.key for r in base.relations], [r.key for r in ours.relations], [r.key for r in theirs.relations])
+    keys = three_way(*([r.key for r in side.relations] for side in (base, ours, theirs)))
     other = three_way(base.other_lines, ours.other_lines, theirs.other_lines)
     return Graph(entities, [relations[k] for k in keys], other), notes
 
@@ -7783,7 +7826,8 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     since = previous or time.time() - CONTEXT_FIRST_DAYS * 86400
     changed = briefing_changes(memory, since)
     if previous is not None:  # after the first briefing: facts other tools or people wrote count too
-        changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})" for ts, name, text in first_seen(memory.meta, since)
+        changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})"
+                    for ts, name, text in first_seen(memory.meta, since)
                     if not any(line.startswith(f"+ {name}: {text} (") for line in changed)]
     sections = [("Pinned facts and rules", pinned_and_rules(memory, graph)),
                 (f"Changed since {utc_stamp(since)}", changed),
@@ -7917,7 +7961,8 @@ def export_markdown(memory: Memory, folder: Path) -> int:
     stems = {e.name: markdown_stem(e.name, taken) for e in graph.entities}
     for position, e in enumerate(graph.entities):
         lines = ["---", f"name: {json.dumps(e.name, ensure_ascii=False)}",
-                 f"type: {json.dumps(e.entityType, ensure_ascii=False)}", f"position: {position}", "---", f"# {short(e.name, 200)}", "",
+                 f"type: {json.dumps(e.entityType, ensure_ascii=False)}", f"position: {position}", "---",
+                 f"# {short(e.name, 200)}", "",
                  "## Facts", *[markdown_item(o) for o in e.observations]]
         out = [(i, r) for i, r in enumerate(graph.relations) if r.frm == e.name]
         if out:
@@ -7984,8 +8029,9 @@ def import_source(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tu
         parsed = sorted(((stem, item) for stem, item in parsed if item), key=lambda p: p[1][0])
         by_stem = {stem: item[1] for stem, item in parsed}
         entities = [(name, etype, facts) for _, (_, name, etype, facts, _) in parsed]
-        relations = [(name, by_stem.get(stem, alias), rtype) for _, name, rtype, alias, stem in sorted(
-            (order, name, rtype, alias, stem) for _, (_, name, _, _, rels) in parsed for order, rtype, alias, stem in rels)]
+        in_file_order = sorted((order, name, rtype, alias, stem) for _, (_, name, _, _, rels) in parsed
+                               for order, rtype, alias, stem in rels)
+        relations = [(name, by_stem.get(stem, alias), rtype) for _, name, rtype, alias, stem in in_file_order]
         return entities, relations, f"{len(parsed)} exported entity file(s)"
     data = path.read_bytes()
     if path.suffix in (".json", ".jsonl"):
@@ -8050,7 +8096,8 @@ def import_new_facts(tx: Transaction, entity: Entity, facts: list[str], settings
         reason = check_new_fact(text, settings)
         if reason:
             tx.refused += 1
-            notes.append(f"refused {'a fact' if 'credential' in reason else _q(text, 60)} of {_q(entity.name)}: {reason}")
+            what = "a fact" if "credential" in reason else _q(text, 60)
+            notes.append(f"refused {what} of {_q(entity.name)}: {reason}")
         else:  # as written, repeats too: an exported graph reads back exactly
             entity.observations.append(text)
             tx.added += 1
@@ -8080,10 +8127,11 @@ def lint_report(memory: Memory) -> str:
     fading = memory.lifecycle.fading_facts(graph)
     movable = sum(len(overflow_to_archive(e, s.obs_max, set(), memory.lifecycle.pinned(e.name))) for e in over_cap)
     lines = [f"{memory.store.path}: {len(graph.entities)} entities, {len(graph.relations)} relations, "
-             f"{graph.fact_count()} facts, {memory.store.path.stat().st_size if memory.store.path.exists() else 0} bytes."]
+             f"{graph.fact_count()} facts, {_file_size(memory.store.path)} bytes."]
     lines.append(f"over-long facts (> {s.obs_max_chars} chars): {len(long_facts)}")
     lines += [f"  {name}: {len(o)} chars: {short(o, 70)}" for name, o in long_facts[:20]]
-    lines.append(f"entities over the cap of {s.obs_max}: {len(over_cap)} ({movable} dated facts would move to the archive)")
+    lines.append(f"entities over the cap of {s.obs_max}: {len(over_cap)} "
+                 f"({movable} dated facts would move to the archive)")
     lines += [f"  {e.name}: {len(e.observations)} facts" for e in over_cap[:20]]
     lines.append(f"unreadable lines: {len(graph.unreadable)} in the graph"
                  + (f" (lines {', '.join(str(n) for n, _ in graph.unreadable[:10])})" if graph.unreadable else "")
@@ -8153,7 +8201,8 @@ def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str,
         if blind:
             return "\n".join(lines), 1
         if not verdict_ok:
-            lines.append("rolled back: nothing changed. Pin the facts those probes need, or raise MEMORY_GUARDRAIL_MAX_DROP.")
+            lines.append("rolled back: nothing changed. Pin the facts those probes need, "
+                         "or raise MEMORY_GUARDRAIL_MAX_DROP.")
             return "\n".join(lines), 1
         if not moved:
             return "\n".join(lines + ["nothing to do."]), 0
@@ -8193,8 +8242,10 @@ def describe_plan(memory: Memory, graph: Graph, plan: dict[str, list[tuple[str, 
     for name, moves in plan.items():
         for text, why in moves:
             if not show_all and len(lines) > PLAN_LINES_SHOWN:
-                return lines + [f"  … and {moved - PLAN_LINES_SHOWN} more: graphmem --compact --dry-run --all lists every one"]
-            lines.append(f"  {name}: {why.split('(')[1][:-1]}: {text}  ({plan_reason(memory, graph, name, text, why, clock)})")
+                return lines + [f"  … and {moved - PLAN_LINES_SHOWN} more: "
+                                "graphmem --compact --dry-run --all lists every one"]
+            reason = plan_reason(memory, graph, name, text, why, clock)
+            lines.append(f"  {name}: {why.split('(')[1][:-1]}: {text}  ({reason})")
     return lines
 
 
@@ -8206,7 +8257,8 @@ def plan_reason(memory: Memory, graph: Graph, name: str, text: str, why: str, cl
         return (f"dated, retention {state.retention(clock):.2f} < {FADED_RETENTION}: not used in {days:.0f} "
                 f"day(s) of use, half-life {state.stability / 24.0:.0f}")
     entity = graph.get(name)
-    return f"oldest dated of {len(entity.observations) if entity else '?'} facts, over the cap of {memory.settings.obs_max}"
+    count = len(entity.observations) if entity else "?"
+    return f"oldest dated of {count} facts, over the cap of {memory.settings.obs_max}"
 
 
 def apply_compact_plan(tx: Transaction, plan: dict[str, list[tuple[str, str]]],
@@ -8237,7 +8289,8 @@ def manage_probes(memory: Memory, args: argparse.Namespace) -> int:
             print(f"{len(rows)} probe(s); --remove-probe ID removes one" if rows else
                   "no probes yet: they are learned when an agent opens what recall found, or add one with --probe")
             for p in rows:
-                print(f"  {p['id']} [{p['source']}] {_q(p['query'])} -> {p['entity']}" + (f": {p['fact']}" if p["fact"] else ""))
+                fact = f": {p['fact']}" if p["fact"] else ""
+                print(f"  {p['id']} [{p['source']}] {_q(p['query'])} -> {p['entity']}{fact}")
     except ToolError as err:
         print(f"graphmem: {err}", file=sys.stderr)
         return 1
@@ -8352,7 +8405,8 @@ def environment_dirs() -> tuple[set[Path], set[Path]]:
     """(module folders, script folders) of this Python: its own install scheme and the per-user one (pip --user)."""
     import sysconfig
     schemes = {sysconfig.get_default_scheme(), sysconfig.get_preferred_scheme("user")}
-    libraries = {Path(sysconfig.get_path(kind, scheme)).resolve() for scheme in schemes for kind in ("purelib", "platlib")}
+    libraries = {Path(sysconfig.get_path(kind, scheme)).resolve()
+                 for scheme in schemes for kind in ("purelib", "platlib")}
     return libraries, {Path(sysconfig.get_path("scripts", scheme)).resolve() for scheme in schemes}
 
 
@@ -8568,7 +8622,8 @@ def write_skill(folder: Path) -> Path:
 
 
 def write_demo_graph(settings: Settings) -> None:
-    """The demo graph of --ui --demo (a fictional small software shop) with its archive, written to settings.file_path."""
+    """The demo graph of --ui --demo (a fictional small software shop) with its archive, written to
+    settings.file_path."""
     today = dt.date.today()
     settings.file_path.parent.mkdir(parents=True, exist_ok=True)
     settings.file_path.write_text("\n".join(demo_graph_lines(today)), encoding="utf-8")
@@ -8665,7 +8720,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "--config CLIENT.", epilog=settings_help(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"graphmem {__version__}")
-    p.add_argument("--ui", nargs="?", const=8765, type=int, metavar="PORT", help="serve the web UI on 127.0.0.1 (default 8765; 0 = any free port)")
+    p.add_argument("--ui", nargs="?", const=8765, type=int, metavar="PORT",
+                   help="serve the web UI on 127.0.0.1 (default 8765; 0 = any free port)")
     p.add_argument("--http", metavar="[HOST:]PORT",
                    help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp (default host 127.0.0.1; 0 = any "
                         "free port; clients name their project with an X-Graphmem-Project header); with --config "
@@ -8681,7 +8737,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lint", action="store_true", help="read-only health report of the graph")
     p.add_argument("--compact", action="store_true", help="archive overflow and faded facts (guarded by probes)")
     p.add_argument("--dry-run", action="store_true", help="with --compact: show the plan, change nothing")
-    p.add_argument("--all", action="store_true", help="with --compact: list every planned fact (default: the first 200)")
+    p.add_argument("--all", action="store_true",
+                   help="with --compact: list every planned fact (default: the first 200)")
     p.add_argument("--report", action="store_true", help="tokens and dollars saved, per tool and client")
     p.add_argument("--probe", metavar="QUERY", help="add a guardrail probe: a question recall must keep answering")
     p.add_argument("--expect", metavar="ENTITY", help="with --probe: the entity that answers it")
@@ -8692,7 +8749,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skill", metavar="DIR", type=Path, help="write DIR/graphmem/SKILL.md (an Agent Skill)")
     p.add_argument("--config", metavar="CLIENT", choices=CLIENTS, help="print a config for: " + ", ".join(CLIENTS))
     p.add_argument("--hooks", action="store_true",
-                   help="with --config: the client's session-start hook that runs --context (claude-code, codex, gemini)")
+                   help="with --config: the client's session-start hook that runs --context "
+                        "(claude-code, codex, gemini)")
     p.add_argument("--hook-json", action="store_true",
                    help="with --context: print the briefing as a hook's JSON (hookSpecificOutput.additionalContext)")
     p.add_argument("--context", action="store_true",
@@ -8755,7 +8813,8 @@ def main(argv: list[str] | None = None) -> int:
                 before = memory.store.read()
                 markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
                 memory.change("heal conflict markers", lambda tx: "healed")
-                print(f"healed {markers} conflict marker line(s); both sides' facts kept" if markers else "nothing to fix")
+                print(f"healed {markers} conflict marker line(s); both sides' facts kept" if markers
+                      else "nothing to fix")
             if args.lint:
                 print(lint_report(memory))
                 return 1 if secret_findings(memory.fresh_graph()) else 0

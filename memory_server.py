@@ -7818,8 +7818,9 @@ CONTEXT_REMINDER_SHORT = "Use recall before a task."  # when even the reminder w
 
 
 def briefing(memory: Memory, budget: int, query: str | None) -> str:
-    """The session-start briefing, never over `budget` tokens: pinned facts and rules, what changed since the
-    last briefing, the most used facts, a recall for `query`; then a one-line reminder of the tools."""
+    """The session-start briefing, never over `budget` tokens: pinned facts and rules (the project's, then the
+    global tier's), what changed since the last briefing, the most used facts, a recall for `query`; then a
+    one-line reminder of the tools."""
     graph = memory.store.read()
     memory.meta.reconcile(graph, memory.store.generation, memory.client)
     previous = memory.meta.last_briefing(record=False)
@@ -7832,6 +7833,9 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     sections = [("Pinned facts and rules", pinned_and_rules(memory, graph)),
                 (f"Changed since {utc_stamp(since)}", changed),
                 ("Most used", most_used(memory))]
+    other = memory.global_memory(create=False)  # in a project: your own rules hold in every project
+    if other is not None:
+        sections.insert(1, ("Your global pinned facts and rules", pinned_and_rules(other, other.fresh_graph())))
     if query:
         sections.insert(0, (f"Recall for {_q(query, 60)}", recall_lines(memory, query, budget // 2)))
     head = f"graphmem memory for this project: {len(graph.entities)} entities, {graph.fact_count()} facts."

@@ -411,3 +411,26 @@ def test_the_tier_selector_in_a_real_browser_switches_and_edits_the_chosen_tier(
     finally:
         browser.close()
         ui.stop()
+
+
+def test_the_session_briefing_of_a_project_names_the_global_rules_too(tmp_path, home):
+    """--context in a project: its own rules and pinned facts, then the global tier's (your conventions hold in
+    every project), within the budget; a global fact that is neither pinned nor a rule stays out."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    serve(shop, home, [
+        ("create_entities", {"entities": [{"name": "RULE review", "entityType": "rule",
+                                           "observations": ["every migration gets a second reviewer"]}]}),
+        ("create_entities", {"entities": [{"name": "my style", "entityType": "convention",
+                                           "observations": ["prefers small commits with imperative messages"]}],
+                             "scope": "global"}),
+        remember("likes green tea", "me", scope="global")])
+    done = graphmem(shop, home, "--context", "--budget", "400")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "every migration gets a second reviewer" in out
+    assert "Your global pinned facts and rules" in out and "prefers small commits" in out
+    assert "green tea" not in out
+    assert out.index("second reviewer") < out.index("prefers small commits")
+    assert len(out) <= 400 * 4
+    elsewhere = graphmem(tmp_path, home, "--context")  # outside any project: global only, said once
+    assert "prefers small commits" in elsewhere.stdout and "Your global pinned" not in elsewhere.stdout

@@ -6125,7 +6125,8 @@ def serve_stdio(settings: Settings) -> int:
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print from anywhere lands on stderr
     sys.stdout = sys.stderr
     server = McpServer(settings, warm_up=True)
-    log(f"{SERVER_NAME} {__version__} on stdio; graph {settings.file_path}")
+    tier = "" if settings.tier == "file" else f" ({tier_title(settings)})"
+    log(f"{SERVER_NAME} {__version__} on stdio; graph {settings.file_path}{tier}")
     if sys.stdin.isatty():
         print(terminal_hint(), file=sys.stderr, flush=True)
     stdin = sys.stdin.buffer

@@ -121,7 +121,7 @@ def test_the_guardrail_runs_the_recall_agents_get(tmp_path, monkeypatch):
     probes = [("shop-api deploys", "shop-api", "owned by the payments squad", "test")]
     results = ms.run_probes(probes, mem.graph(), mem.settings.recall_budget, mem)
     assert results[0].hit
-    assert calls == [(mem.strength, mem.anchors.rank_penalty, ["flags"])]  # the conflict flags recall adds too
+    assert calls == [(mem.strength, mem.anchors.rank_penalty, ["dense", "flags"])]  # flags and embeddings too
 
 
 def test_synonym_groups_hold_no_word_of_the_corpus_paraphrase_questions():

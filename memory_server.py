@@ -1927,8 +1927,9 @@ class EmbeddingClient:
     reads rank by words meanwhile, and say so once per answer. The key is sent, never logged or shown."""
 
     def __init__(self, settings: Settings):
-        base = settings.embeddings_url
-        self.url = base if base.endswith("/embeddings") else base + "/embeddings"
+        parts = urllib.parse.urlsplit(settings.embeddings_url)
+        path = parts.path.rstrip("/")
+        self.url = urllib.parse.urlunsplit(parts._replace(path=path if path.endswith("/embeddings") else path + "/embeddings"))
         self.label = _url_label(self.url)
         self.model = settings.embeddings_model
         self._key = settings.embeddings_key
@@ -2710,8 +2711,8 @@ class FactVectors:
 
 
 EMBEDDINGS_HELP = """optional embeddings (find facts by meaning as well as by words; off unless set):
-  MEMORY_EMBEDDINGS_URL=http://localhost:11434/v1   an OpenAI-compatible API base (here Ollama's)
-  MEMORY_EMBEDDINGS_MODEL=nomic-embed-text          the embedding model it serves
+    MEMORY_EMBEDDINGS_URL=http://localhost:11434/v1   an OpenAI-compatible API base (here Ollama's)
+    MEMORY_EMBEDDINGS_MODEL=nomic-embed-text          the embedding model it serves
   a key, when the endpoint needs one: from the variable MEMORY_EMBEDDINGS_KEY_ENV names (e.g. OPENAI_API_KEY),
   else MEMORY_EMBEDDINGS_KEY. Fact vectors are cached in memory.db; an endpoint that fails costs a note, never
   a read or a write. --lint checks it."""

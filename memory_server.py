@@ -2012,6 +2012,8 @@ RANK_POOL = 400           # candidates scored in full (embedder, strength); the 
 LIFT_AFTER = (0.85, 0.8)
 LIFT_BEFORE = (0.6, 0.6)
 GATE_RATIO = 0.35         # a fact scoring under this share of the best match is padding, not an answer (LoCoMo-10)
+NAME_ONLY_SHARE = 0.3     # a fact matching only the entity a question names, not its specific words, scores at most
+                          # this share of the best other fact: under GATE_RATIO, so it only fills (issue 10)
 CONTEXT_ENTITIES = 2      # the leading entities whose other facts may fill budget left over (LoCoMo-10)
 CONTEXT_FACTS = 6
 ANSWER_CONTEXT_FACTS = 3  # facts of the leading entity carrying what the question asks for (LoCoMo-10)
@@ -2068,6 +2070,7 @@ class Term:
     related: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # word table: whole stem phrases
     idf: float = 0.0
     phrase: bool = False                # a phrase term adds to its words; it is not one of the query's words
+    names: bool = False                 # matched an entity's name, type or relation types (set by _lexical)
 
     def weight_in(self, stems: str) -> float:
         """Best weight of any way this term matches a fact's ' s1 s2 ' stems line."""
@@ -2405,6 +2408,7 @@ class SearchIndex:
             named = context.match(term) if term.variants else {}
             if len(named) > max(50, len(self.doc_of) // 50):
                 continue  # a word in a fifth of all names or types ("service") says nothing about a fact
+            term.names = term.names or bool(named)
             for doc_id, w in named.items():
                 doc = self.doc_of.get(doc_id)
                 for fid in doc.fids[1:] if doc else ():
@@ -2462,13 +2466,42 @@ class SearchIndex:
             place[(id(doc), i)] = scored[-1]
             if any(fid in mine for mine in own):
                 own_match.add((id(doc), i))
-        lift_neighbours(place, own_match)
+        name_only = self._name_only(terms, own, [fid for fid, _, _ in pool], near)
+        lift_neighbours(place, own_match - {key for key, fid in zip(place, (f for f, _, _ in pool)) if fid in name_only})
         if wanted:  # after the lift: a lifted reply that carries the answer counts as one
             for fact in scored:
                 if wanted.search(fact.text):
                     fact.score *= 1 + ANSWER_TYPE_BOOST
+        if name_only:
+            cap = NAME_ONLY_SHARE * max(f.score for fid, f in zip((f for f, _, _ in pool), scored) if fid not in name_only)
+            for fid, fact in zip((f for f, _, _ in pool), scored):
+                if fid in name_only:
+                    fact.score = min(fact.score, cap)
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
         return scored
+
+    def _name_and_text(self, fid: int) -> tuple[str, str]:
+        doc, i = self.fact_of[fid]
+        return doc.name, doc.facts[i]
+
+    @staticmethod
+    def _name_only(terms: list[Term], own: list[dict[int, float]], fids: list[int],
+                   near: dict[int, float] | None) -> set[int]:
+        """Stage 3a: a question that names an entity and asks something specific ("billing-engine retry
+        backoff"): facts matching the specific words (the query words naming no entity) come first. The facts
+        returned here match only the naming words (through their entity's name, or the name in their text) and
+        are no nearer in meaning than the best specific match (real embeddings): they score at most
+        NAME_ONLY_SHARE of the best other fact, under the gate, so the named entity's other facts only fill room
+        left over (as context, with_context) and never crowd out specific matches elsewhere (issue 10: a
+        question returned 17 facts of one entity because its name matched them all)."""
+        specific = [mine for term, mine in zip(terms, own) if not term.phrase and not term.names]
+        if not specific or not any(t.names and not t.phrase for t in terms):
+            return set()
+        hits = {fid for fid in fids if any(mine.get(fid, 0.0) >= 0.5 for mine in specific)}
+        if not hits:
+            return set()
+        closest = max((near.get(fid, 0.0) for fid in hits), default=0.0) if near else math.inf
+        return {fid for fid in fids if fid not in hits and (not near or near.get(fid, 0.0) < closest)}
 
     def _gate(self, scored: list[ScoredFact], terms: list[Term], acc: dict[int, float],
               pool: list[tuple[int, float, float]], wanted: re.Pattern[str] | None) -> Ranking:
@@ -2856,7 +2889,7 @@ def with_context(ranking: Ranking, graph: Graph) -> Ranking:
         return ranking
     gate = GATE_RATIO * ranking.facts[0].score
     wanted = ranking.wanted
-    shown = {(f.entity, f.text) for f in ranking.facts}  # matched facts keep their own place and count
+    shown = {(f.entity, f.text) for f in ranking.facts if f.score >= gate}  # matches keep their place and count
     extra: list[ScoredFact] = []
     leaders = list(dict.fromkeys(f.entity for f in ranking.facts))[:CONTEXT_ENTITIES]
     for name in leaders:
@@ -2875,9 +2908,12 @@ def with_context(ranking: Ranking, graph: Graph) -> Ranking:
         extra += [ScoredFact(name, text, gate, -1.0, []) for text in picked]  # lexical -1: context
     if not extra:
         return ranking
+    added = {(f.entity, f.text) for f in extra}
     kept = [f for f in ranking.facts if f.score >= gate]
-    weak = [f for f in ranking.facts if f.score < gate]
-    return dataclasses.replace(ranking, facts=kept + extra + weak)
+    weak = [f for f in ranking.facts if f.score < gate and (f.entity, f.text) not in added]
+    moved = len(ranking.facts) - len(kept) - len(weak)  # under the gate as matches, shown as context instead
+    return dataclasses.replace(ranking, facts=kept + extra + weak, weak=ranking.weak - moved,
+                               total=ranking.total - moved)
 
 
 TRY_OTHER_WORDS = "Try other words (those a stored fact would use) or a broader query."

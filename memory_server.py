@@ -1898,6 +1898,10 @@ EMBED_MAX_DIM = 16384
 class EmbeddingError(Exception):
     """No vectors from the endpoint: unreachable, slow, an HTTP error, or an answer that is not vectors."""
 
+    def __init__(self, message: str, slow: bool = False):
+        super().__init__(message)
+        self.slow = slow  # no answer in time (it may be working): a smaller batch may do
+
 
 def fact_hash(text: str) -> str:
     """The key of a fact's text in the embeddings cache."""
@@ -1953,8 +1957,8 @@ class EmbeddingClient:
             vectors = self._parse(self._post(texts, timeout), len(texts))
         except EmbeddingError as err:
             self.problem, self.failed_at = str(err), time.monotonic()
-            log(f"warning: embeddings endpoint {self.label}: {err}; ranking by words only for "
-                f"{EMBED_BACKOFF:.0f} s")
+            log(f"warning: embeddings endpoint {self.label}: {err} ({len(texts)} texts); ranking by words only "
+                f"for {EMBED_BACKOFF:.0f} s")
             raise
         self.problem = ""
         return vectors
@@ -1972,11 +1976,11 @@ class EmbeddingClient:
         except urllib.error.HTTPError as err:
             raise EmbeddingError(f"HTTP {err.code} {err.reason}") from None
         except (TimeoutError, socket.timeout):
-            raise EmbeddingError(f"no answer within {timeout:g} s") from None
+            raise EmbeddingError(f"no answer within {timeout:g} s", slow=True) from None
         except urllib.error.URLError as err:
             reason = err.reason
             if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise EmbeddingError(f"no answer within {timeout:g} s") from None
+                raise EmbeddingError(f"no answer within {timeout:g} s", slow=True) from None
             raise EmbeddingError(f"unreachable ({reason})") from None
         except Exception as err:  # the network boundary: a broken answer is a failed call, never a crash
             raise EmbeddingError(f"failed ({type(err).__name__}: {err})") from None
@@ -2029,6 +2033,8 @@ STRONG_COVERAGE = 0.35    # corpus: flags 13 of 18 misses, 12 of 108 hits; LoCoM
 # Optional real embeddings (MEMORY_EMBEDDINGS_URL), measured with all-MiniLM-L6-v2 served by tools/embed_server.py:
 DENSE_WEIGHT = 0.5        # share of the cosine (query vs fact vector) in a fact's score (tuned later in this file's history)
 DENSE_POOL = 40           # facts with the highest cosine added to the scored pool even when no word matches (a guess)
+DENSE_SCAN_MAX = 5000     # facts compared with the query in pure Python (~15 us each for 384 dimensions on an idle
+                          # core: ~75 ms); a bigger graph compares only the lexical pool, so finds no fact by meaning alone
 
 
 @dataclasses.dataclass
@@ -2348,10 +2354,14 @@ class SearchIndex:
         if not terms or not self.fact_total:
             return Ranking([], terms, 0, 0)
         acc, own = self._lexical(terms)
-        near = self._semantic(dense) if dense else {}
+        pool = self._pool(acc) if acc else []
+        if dense:
+            near = self._semantic(dense, self.fact_of if self.fact_total <= DENSE_SCAN_MAX else
+                                  [fid for fid, _, _ in pool])
+        else:
+            near = {}
         if not acc and not near:
             return Ranking([], terms, 0, 0)
-        pool = self._pool(acc) if acc else []
         in_pool = {fid for fid, _, _ in pool}
         extra = [(fid, 0.0, 0.0) for fid in heapq.nlargest(DENSE_POOL, near, key=near.__getitem__)
                  if fid not in in_pool and fid not in acc and near[fid] > 0.0]
@@ -2415,12 +2425,14 @@ class SearchIndex:
                     if weights.get(fid, 0.0) < factor * w:
                         weights[fid] = factor * w
 
-    def _semantic(self, dense: "Dense") -> dict[int, float]:
-        """Stage 1b (real embeddings only): fid -> cosine of the query's vector and the fact's, for every fact
-        that has a vector of the query's size (facts still waiting for theirs rank by words only)."""
+    def _semantic(self, dense: "Dense", fids: Iterable[int]) -> dict[int, float]:
+        """Stage 1b (real embeddings only): fid -> cosine of the query's vector and the fact's, for these facts
+        (all of them up to DENSE_SCAN_MAX) that have a vector of the query's size (facts still waiting for
+        theirs rank by words only)."""
         qvec, vector_of = dense
         size, near = len(qvec), {}
-        for fid, (doc, i) in self.fact_of.items():
+        for fid in fids:
+            doc, i = self.fact_of[fid]
             vec = vector_of(doc.facts[i])
             if vec is not None and len(vec) == size:
                 near[fid] = dot(qvec, vec)
@@ -2484,13 +2496,14 @@ class SearchIndex:
         doc, i = self.fact_of[fid]
         return doc.name, doc.facts[i]
 
-    @staticmethod
-    def _name_only(terms: list[Term], own: list[dict[int, float]], fids: list[int],
+    def _name_only(self, terms: list[Term], own: list[dict[int, float]], fids: list[int],
                    near: dict[int, float] | None) -> set[int]:
         """Stage 3a: a question that names an entity and asks something specific ("billing-engine retry
         backoff"): facts matching the specific words (the query words naming no entity) come first. The facts
-        returned here match only the naming words (through their entity's name, or the name in their text) and
-        are no nearer in meaning than the best specific match (real embeddings): they score at most
+        returned here belong to an entity that has such a fact, match only the naming words (their entity's
+        name, or the name in their text) and are no nearer in meaning than the best specific match (real
+        embeddings; an entity where no fact has the specific words keeps its ranking: the answer may be
+        there in other words): they score at most
         NAME_ONLY_SHARE of the best other fact, under the gate, so the named entity's other facts only fill room
         left over (as context, with_context) and never crowd out specific matches elsewhere (issue 10: a
         question returned 17 facts of one entity because its name matched them all)."""
@@ -2500,8 +2513,10 @@ class SearchIndex:
         hits = {fid for fid in fids if any(mine.get(fid, 0.0) >= 0.5 for mine in specific)}
         if not hits:
             return set()
+        answered = {id(self.fact_of[fid][0]) for fid in hits}  # entities with a fact that has the specific words
         closest = max((near.get(fid, 0.0) for fid in hits), default=0.0) if near else math.inf
-        return {fid for fid in fids if fid not in hits and (not near or near.get(fid, 0.0) < closest)}
+        return {fid for fid in fids if fid not in hits and id(self.fact_of[fid][0]) in answered
+                and (not near or near.get(fid, 0.0) < closest)}
 
     def _gate(self, scored: list[ScoredFact], terms: list[Term], acc: dict[int, float],
               pool: list[tuple[int, float, float]], wanted: re.Pattern[str] | None) -> Ranking:
@@ -2660,6 +2675,7 @@ class FactVectors:
         self._queries: dict[str, array.array] = {}   # the last queries' vectors (guardrail probes repeat them)
         self._complete: int | None = None            # a graph generation whose every fact has a vector
         self._pruned = False                         # memory.db's vectors of facts gone dropped (once a process)
+        self.batch = EMBED_BATCH                     # facts per request; halved while the endpoint is too slow
 
     def _usable(self, vec: array.array | None) -> bool:
         return vec is not None and (not self.client.dim or len(vec) == self.client.dim)
@@ -2679,13 +2695,17 @@ class FactVectors:
             else:
                 still.append((text, key))
         deadline, fresh = time.monotonic() + seconds, []
-        for start in range(0, len(still), EMBED_BATCH):
-            if time.monotonic() >= deadline or not self.client.available():
+        for start in range(0, len(still), self.batch):
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.client.available():
                 break
-            batch = still[start:start + EMBED_BATCH]
-            try:
-                vectors = self.client.embed([text for text, _ in batch], EMBED_BATCH_TIMEOUT)
-            except EmbeddingError:
+            batch = still[start:start + self.batch]
+            try:  # never past the call's time for this (plus a second): a slow model must not hold up a call
+                vectors = self.client.embed([text for text, _ in batch], min(EMBED_BATCH_TIMEOUT, left + 1.0))
+            except EmbeddingError as err:
+                if err.slow and self.batch > 8:  # too slow for this many at once: smaller batches next call
+                    self.batch //= 2
+                    self.client.problem = ""
                 break
             for (text, key), vec in zip(batch, vectors):
                 self.vecs[text] = vec

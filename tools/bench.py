@@ -913,6 +913,7 @@ def embed_all(mem, texts: list[str]) -> float:
     the first questions would be asked with part of the graph embedded); seconds taken."""
     t0 = time.perf_counter()
     saved, ms.EMBED_BATCH_TIMEOUT = ms.EMBED_BATCH_TIMEOUT, 600.0  # a slow CPU model: a batch may take long
+    mem.vectors.client.problem, mem.vectors.batch = "", ms.EMBED_BATCH  # the writes' short waits may have failed
     try:
         left = mem.vectors.fill(texts, 1e9)
     finally:

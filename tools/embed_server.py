@@ -127,13 +127,13 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+    return 0.5 * x * (1.0 + erf(x * 0.7071067811865476))
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * w + b
+    return (x - mean) / np.sqrt(var + np.float32(eps)) * w + b
 
 
 class MiniLM:
@@ -164,7 +164,7 @@ class MiniLM:
             def split(t: np.ndarray) -> np.ndarray:
                 return t.reshape(batch, length, self.heads, head).transpose(0, 2, 1, 3)
             q, k, v = (split(self._linear(x, p + f"attention.self.{part}")) for part in ("query", "key", "value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head) + bias
+            scores = q @ k.transpose(0, 1, 3, 2) * (1.0 / head ** 0.5) + bias  # Python floats keep float32
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
             ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, -1)

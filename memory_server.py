@@ -2682,7 +2682,7 @@ class FactVectors:
     def _usable(self, vec: array.array | None) -> bool:
         return vec is not None and (not self.client.dim or len(vec) == self.client.dim)
 
-    def fill(self, texts: Iterable[str], seconds: float = EMBED_FILL_SECONDS) -> int:
+    def fill(self, texts: Iterable[str], seconds: float | None = None) -> int:
         """Vectors for these fact texts: from memory, then memory.db, then the endpoint in batches while time is
         left and it works. Returns how many are still without one. Never raises for the endpoint's sake."""
         want = [t for t in dict.fromkeys(texts) if not self._usable(self.vecs.get(t))]
@@ -2696,7 +2696,7 @@ class FactVectors:
                 self.vecs[text] = cached[key]
             else:
                 still.append((text, key))
-        deadline, fresh = time.monotonic() + seconds, []
+        deadline, fresh = time.monotonic() + (EMBED_FILL_SECONDS if seconds is None else seconds), []
         for start in range(0, len(still), self.batch):
             left = deadline - time.monotonic()
             if left <= 0 or not self.client.available():

@@ -64,7 +64,7 @@ class FakeEndpoint:
 
     def answer(self, handler, inputs: list[str]) -> None:
         mode = self.mode
-        if mode == "slow":
+        if mode == "slow" or (mode == "slow_batches" and len(inputs) > 8):
             time.sleep(4)
         if mode == "http500":
             return self._send(handler, 500, b'{"error": "model crashed"}')
@@ -299,3 +299,49 @@ def test_help_and_lint_name_the_embedding_settings(tmp_path):
     lint = subprocess.run([sys.executable, str(SERVER), "--lint"], capture_output=True, text=True, timeout=30,
                           env={"PATH": "/usr/bin:/bin", "MEMORY_FILE_PATH": str(path)})
     assert "embeddings: off" in lint.stdout
+
+
+def test_a_memory_db_of_the_previous_schema_gains_the_cache_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "memory.db"
+    with sqlite3.connect(path) as db:
+        for script in ms.SCHEMA[:5]:
+            db.executescript(script)
+        db.execute("PRAGMA user_version=5")
+        db.execute("INSERT INTO probes(query, entity, fact, source, created) VALUES ('q', 'e', '', 'manual', 0)")
+    meta = ms.MetaStore(path)
+    assert meta.conn.execute("PRAGMA user_version").fetchone()[0] == len(ms.SCHEMA) >= 6
+    assert meta.probes() == [("q", "e", "", "manual")]
+    vec = ms.unit_vector([3.0, 4.0])
+    meta.save_vectors("m", [("h1", vec)])
+    assert list(meta.vectors("m", ["h1", "h2"])["h1"]) == pytest.approx([0.6, 0.8])
+    assert meta.forget_vectors("m", {"h2"}) == 1 and meta.vectors("m", ["h1"]) == {}
+
+
+def test_past_the_scan_limit_only_word_matches_are_compared(tmp_path, endpoint, monkeypatch):
+    """Over DENSE_SCAN_MAX facts the cosine is worked out for the lexical pool only (pure Python is ~15 us a
+    fact): embeddings still re-rank, but a fact sharing no word with the query is no longer found."""
+    from conftest import make_memory, call
+    mem = make_memory(tmp_path, TEAM, MEMORY_EMBEDDINGS_URL=endpoint.url, MEMORY_EMBEDDINGS_MODEL="fake-concepts")
+    assert "zorblat sync" in call(mem, "recall", {"query": PARAPHRASE})
+    monkeypatch.setattr(ms, "DENSE_SCAN_MAX", 1)
+    assert "zorblat sync" not in call(mem, "recall", {"query": PARAPHRASE})
+    assert "zorblat sync" in call(mem, "recall", {"query": "zorblat quuxify"})
+
+
+def test_an_endpoint_too_slow_for_a_batch_gets_smaller_batches_not_a_back_off(tmp_path, monkeypatch):
+    from conftest import make_memory, call
+    fake = FakeEndpoint("slow_batches")  # more than 8 texts at once: no answer in time
+    monkeypatch.setattr(ms, "EMBED_FILL_SECONDS", 0.5)
+    try:
+        facts = [f"routine entry {i}" for i in range(11)] + ["zorblat sync starts at 02:00"]
+        mem = make_memory(tmp_path, [("nightly batch", "process", facts)], MEMORY_EMBEDDINGS_URL=fake.url,
+                          MEMORY_EMBEDDINGS_MODEL="fake-concepts")
+        started = time.monotonic()
+        first = call(mem, "recall", {"query": PARAPHRASE})
+        assert time.monotonic() - started < 3.0 and "no embedding yet" in first  # waited ~1.5 s, then words
+        assert mem.vectors.batch < ms.EMBED_BATCH and mem.vectors.client.available()
+        for _ in range(4):  # each call embeds a little more, in smaller batches
+            text = call(mem, "recall", {"query": PARAPHRASE})
+        assert "zorblat sync" in text and "Note:" not in text
+    finally:
+        fake.close()

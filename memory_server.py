@@ -2177,6 +2177,7 @@ class ScoredFact:
     lexical: float
     matched: list[str]
     coverage: float = 0.0      # share of the query's weight (idf) its words and related words match here
+    name_only: bool = False    # matched only by the name of its entity, which has facts with the query's other words
 
 
 @dataclasses.dataclass
@@ -2490,7 +2491,7 @@ class SearchIndex:
             cap = NAME_ONLY_SHARE * max(f.score for fid, f in zip((f for f, _, _ in pool), scored) if fid not in name_only)
             for fid, fact in zip((f for f, _, _ in pool), scored):
                 if fid in name_only:
-                    fact.score = min(fact.score, cap)
+                    fact.score, fact.name_only = min(fact.score, cap), True
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
         return scored
 
@@ -2502,8 +2503,8 @@ class SearchIndex:
                    near: dict[int, float] | None) -> set[int]:
         """Stage 3a: a question that names an entity and asks something specific ("billing-engine retry
         backoff"): facts matching the specific words (the query words naming no entity) come first. The facts
-        returned here belong to an entity that has such a fact, match only the naming words (their entity's
-        name, or the name in their text) and are no nearer in meaning than the best specific match (real
+        returned here belong to an entity that has such a fact, match only through their entity's name (no
+        query word in their own text) and are no nearer in meaning than the best specific match (real
         embeddings; an entity where no fact has the specific words keeps its ranking: the answer may be
         there in other words): they score at most
         NAME_ONLY_SHARE of the best other fact, under the gate, so the named entity's other facts only fill room
@@ -2518,7 +2519,7 @@ class SearchIndex:
         answered = {id(self.fact_of[fid][0]) for fid in hits}  # entities with a fact that has the specific words
         closest = max((near.get(fid, 0.0) for fid in hits), default=0.0) if near else math.inf
         return {fid for fid in fids if fid not in hits and id(self.fact_of[fid][0]) in answered
-                and (not near or near.get(fid, 0.0) < closest)}
+                and not any(fid in mine for mine in own) and (not near or near.get(fid, 0.0) < closest)}
 
     def _gate(self, scored: list[ScoredFact], terms: list[Term], acc: dict[int, float],
               pool: list[tuple[int, float, float]], wanted: re.Pattern[str] | None) -> Ranking:
@@ -2911,7 +2912,7 @@ def with_context(ranking: Ranking, graph: Graph) -> Ranking:
         return ranking
     gate = GATE_RATIO * ranking.facts[0].score
     wanted = ranking.wanted
-    shown = {(f.entity, f.text) for f in ranking.facts if f.score >= gate}  # matches keep their place and count
+    shown = {(f.entity, f.text) for f in ranking.facts if not f.name_only}  # matches keep their place and count
     extra: list[ScoredFact] = []
     leaders = list(dict.fromkeys(f.entity for f in ranking.facts))[:CONTEXT_ENTITIES]
     for name in leaders:
@@ -2933,7 +2934,7 @@ def with_context(ranking: Ranking, graph: Graph) -> Ranking:
     added = {(f.entity, f.text) for f in extra}
     kept = [f for f in ranking.facts if f.score >= gate]
     weak = [f for f in ranking.facts if f.score < gate and (f.entity, f.text) not in added]
-    moved = len(ranking.facts) - len(kept) - len(weak)  # under the gate as matches, shown as context instead
+    moved = len(ranking.facts) - len(kept) - len(weak)  # matched by the entity's name only: context instead
     return dataclasses.replace(ranking, facts=kept + extra + weak, weak=ranking.weak - moved,
                                total=ranking.total - moved)
 

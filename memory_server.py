@@ -1209,7 +1209,8 @@ META_REOPEN_SECONDS = 5.0  # an unavailable memory.db is tried again this often
 SKIPPED_WORDS = {"reconcile": "fact ages", "mark_active": "the day of use (activity clock)", "save_states": "usage and pins", "move_facts": "pins of moved facts",
                  "record_call": "receipts", "add_probe": "guardrail probes", "probes": "guardrail probes",
                  "record_history": "history (undo)", "history": "history",
-                 "vectors": "cached embeddings", "save_vectors": "cached embeddings", "forget_vectors": "cached embeddings"}
+                 "vectors": "cached embeddings", "save_vectors": "cached embeddings",
+                 "forget_vectors": "cached embeddings"}
 
 
 def best_effort(default: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -1883,7 +1884,7 @@ def short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-# ── optional real embeddings: an OpenAI-compatible /v1/embeddings endpoint (MEMORY_EMBEDDINGS_URL), urllib only ──
+# ── optional real embeddings: an OpenAI-compatible /v1/embeddings endpoint (MEMORY_EMBEDDINGS_URL), urllib ──
 EMBED_QUERY_TIMEOUT = 2.0   # s to connect and per read, for a query's vector (issue 11: short; a local Ollama
                             # answers in tens of ms when warm, and a read must never wait long)
 EMBED_BATCH_TIMEOUT = 10.0  # s for one batch of facts (a guess: 64 short facts take ~1 s on a CPU model)
@@ -1933,7 +1934,8 @@ class EmbeddingClient:
     def __init__(self, settings: Settings):
         parts = urllib.parse.urlsplit(settings.embeddings_url)
         path = parts.path.rstrip("/")
-        self.url = urllib.parse.urlunsplit(parts._replace(path=path if path.endswith("/embeddings") else path + "/embeddings"))
+        path = path if path.endswith("/embeddings") else path + "/embeddings"
+        self.url = urllib.parse.urlunsplit(parts._replace(path=path))
         self.label = _url_label(self.url)
         self.model = settings.embeddings_model
         self._key = settings.embeddings_key
@@ -1964,7 +1966,8 @@ class EmbeddingClient:
         return vectors
 
     def _post(self, texts: list[str], timeout: float) -> bytes:
-        body = json.dumps({"model": self.model, "input": [t[:EMBED_MAX_CHARS] for t in texts]}).encode("utf-8", "replace")
+        body = json.dumps({"model": self.model, "input": [t[:EMBED_MAX_CHARS] for t in texts]})
+        body = body.encode("utf-8", "replace")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -2031,12 +2034,12 @@ TABLE_MIN_WEIGHT = 0.15   # weaker relations add noise, not answers (tune half)
 # the query's own words (a related word counts at its weight).
 STRONG_COVERAGE = 0.35    # corpus: flags 13 of 18 misses, 12 of 108 hits; LoCoMo tune half: 52 of 256 misses, 34 of 504 hits
 # Optional real embeddings (MEMORY_EMBEDDINGS_URL), measured with all-MiniLM-L6-v2 served by tools/embed_server.py:
-DENSE_WEIGHT = 0.5        # share of the cosine (query vs fact vector) in a fact's score. LoCoMo tune half, turn recall at
-                          # 200 tokens: words only 0.602; 0.3 0.614, 0.4 0.617, 0.5 0.627, 0.6 0.626, 0.7 0.624; corpus
-                          # paraphrases 16 -> 19/22/24/25/29 of 32 at 403/427/458/526/624 tokens (more passes the gate)
+DENSE_WEIGHT = 0.5        # share of the cosine (query vs fact vector) in a fact's score. LoCoMo tune half, turn
+                          # recall at 200 tokens: words only 0.602; 0.3 0.614, 0.4 0.617, 0.5 0.627, 0.6 0.626,
+                          # 0.7 0.624; corpus paraphrases 16 -> 19/22/24/25/29 of 32 at 403/427/458/526/624 tokens
 DENSE_POOL = 40           # facts with the highest cosine added to the scored pool even when no word matches (a guess)
-DENSE_SCAN_MAX = 5000     # facts compared with the query in pure Python (~15 us each for 384 dimensions on an idle
-                          # core: ~75 ms); a bigger graph compares only the lexical pool, so finds no fact by meaning alone
+DENSE_SCAN_MAX = 5000     # facts compared with the query in pure Python (5k facts: recall p50 362 ms, busy machine);
+                          # a bigger graph compares only the lexical pool: no fact found by meaning alone
 
 
 @dataclasses.dataclass
@@ -2481,15 +2484,16 @@ class SearchIndex:
             place[(id(doc), i)] = scored[-1]
             if any(fid in mine for mine in own):
                 own_match.add((id(doc), i))
-        name_only = self._name_only(terms, own, [fid for fid, _, _ in pool], near)
-        lift_neighbours(place, own_match - {key for key, fid in zip(place, (f for f, _, _ in pool)) if fid in name_only})
+        fids = [fid for fid, _, _ in pool]
+        name_only = self._name_only(terms, own, fids, near)
+        lift_neighbours(place, own_match - {key for key, fid in zip(place, fids) if fid in name_only})
         if wanted:  # after the lift: a lifted reply that carries the answer counts as one
             for fact in scored:
                 if wanted.search(fact.text):
                     fact.score *= 1 + ANSWER_TYPE_BOOST
         if name_only:
-            cap = NAME_ONLY_SHARE * max(f.score for fid, f in zip((f for f, _, _ in pool), scored) if fid not in name_only)
-            for fid, fact in zip((f for f, _, _ in pool), scored):
+            cap = NAME_ONLY_SHARE * max(f.score for fid, f in zip(fids, scored) if fid not in name_only)
+            for fid, fact in zip(fids, scored):
                 if fid in name_only:
                     fact.score, fact.name_only = min(fact.score, cap), True
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
@@ -2783,7 +2787,8 @@ def embeddings_status(memory: "Memory") -> str:
     client = vectors.client
     key = f", key from {settings.embeddings_key_from}" if settings.embeddings_key_from else ""
     try:
-        cached = memory.meta.conn.execute("SELECT count(*) FROM embeddings WHERE model=?", (client.model,)).fetchone()[0]
+        cached = memory.meta.conn.execute("SELECT count(*) FROM embeddings WHERE model=?",
+                                          (client.model,)).fetchone()[0]
     except sqlite3.Error:
         cached = "?"
     started = time.monotonic()
@@ -5025,8 +5030,8 @@ class Memory:
             dense_note = "Note: embeddings not used for every fact; see search_nodes."
         room = budget - (estimate_tokens(dense_note) + 1 if dense_note else 0)  # the note fits in the budget too
         packed = recall_pipeline(self.index, graph, query, room, self.strength, self.anchors.rank_penalty,
-                                 self.fact_notes(graph), keep=self._written_in(window), flags=self.conflict_notes(graph),
-                                 dense=dense)
+                                 self.fact_notes(graph), keep=self._written_in(window),
+                                 flags=self.conflict_notes(graph), dense=dense)
         clock = self.meta.clock()
         fading = sum(1 for f in packed.shown if self.fading(graph.get(f.entity), f.text, clock) is not None)
         stale = sum(1 for f in packed.shown if self.anchors.is_stale(f.entity, f.text))

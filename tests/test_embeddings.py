@@ -164,7 +164,8 @@ def test_fact_vectors_are_batched_and_cached_in_memory_and_in_memory_db(tmp_path
     finally:
         server.close()
     with sqlite3.connect(tmp_path / "memory.db") as db:
-        assert db.execute("SELECT count(*), min(dim) FROM embeddings WHERE model='fake-concepts'").fetchone() == (150, DIM)
+        counted = db.execute("SELECT count(*), min(dim) FROM embeddings WHERE model='fake-concepts'").fetchone()
+        assert counted == (150, DIM)
     endpoint.requests.clear()
     server = start(path, env)  # a new process reads the vectors from memory.db
     try:

@@ -711,7 +711,8 @@ def section_recall(b: Bench, args) -> dict:
         a, e = pick(plain["per"]), pick(emb["per"])
         rows.append([kind, len(a), f"{sum(r['gm_hit'] for r in a)}/{len(a)}", f"{sum(r['gm_hit'] for r in e)}/{len(e)}",
                      f"{statistics.mean(r['gm_tok'] for r in a):.0f}", f"{statistics.mean(r['gm_tok'] for r in e):.0f}",
-                     f"{hit_stats([r['search_rank'] for r in a])[0]:.3f}", f"{hit_stats([r['search_rank'] for r in e])[0]:.3f}"])
+                     f"{hit_stats([r['search_rank'] for r in a])[0]:.3f}",
+                     f"{hit_stats([r['search_rank'] for r in e])[0]:.3f}"])
     table(["questions", "n", "recall words", "recall +emb", "tok words", "tok +emb", "search hit@1 words",
            "search hit@1 +emb"], rows, "lrrrrrrr")
     return plain

@@ -233,7 +233,8 @@ def serve(model: MiniLM, port: int, cache: Cache) -> http.server.ThreadingHTTPSe
             with lock:
                 vectors = cache.encode(model, [str(t) for t in texts])
             self._send(200, {"object": "list", "model": body.get("model", "all-MiniLM-L6-v2"),
-                             "data": [{"object": "embedding", "index": i, "embedding": [round(float(v), 6) for v in vec]}
+                             "data": [{"object": "embedding", "index": i,
+                                       "embedding": [round(float(v), 6) for v in vec]}
                                       for i, vec in enumerate(vectors)]})
 
         def _send(self, code: int, obj: dict) -> None:

@@ -121,7 +121,7 @@ def test_the_guardrail_runs_the_recall_agents_get(tmp_path, monkeypatch):
     probes = [("shop-api deploys", "shop-api", "owned by the payments squad", "test")]
     results = ms.run_probes(probes, mem.fresh_graph(), mem.settings.recall_budget, mem)
     assert results[0].hit
-    assert calls == [(mem.lifecycle.strength, mem.anchors.rank_penalty, ["flags"])]  # the conflict flags recall adds too
+    assert calls == [(mem.lifecycle.strength, mem.anchors.rank_penalty, ["dense", "flags"])]  # flags and embeddings too
 
 
 def test_synonym_groups_hold_no_word_of_the_corpus_paraphrase_questions():
@@ -138,3 +138,32 @@ def test_the_word_table_rebuilds_byte_identical(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "tools" / "build_wordtable.py"), "--out", str(out)], check=True,
                    capture_output=True, timeout=300)
     assert out.read_bytes() == (ROOT / "wordtable.tsv.gz").read_bytes()
+
+
+BILLING = [
+    ("billing-engine", "service", [f"2026-01-{d:02d}: deployed release 4.{d}.0 with minor fixes" for d in range(1, 15)]
+     + ["written in Go; owned by the payments squad", "invoices are retried three times with exponential backoff",
+        "talks to Stripe through the payments gateway"]),
+    ("notification-worker", "service", ["email retries use exponential backoff capped at one hour",
+                                        "written in Python"]),
+]
+
+
+def test_a_question_naming_an_entity_gets_the_facts_with_its_specific_words_first(tmp_path):
+    """Issue 10: "billing-engine retry backoff" must not return billing-engine's 17 facts because its name
+    matched them all. The facts with the specific words come first, wherever they are; the named entity's
+    other facts only fill the room left, as nearby context (counted apart, marked «~»)."""
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, BILLING)
+    server = StdioServer(path)
+    try:
+        server.initialize()
+        tight, _ = server.call("recall", {"query": "billing-engine retry backoff", "budget": 80})
+        roomy, _ = server.call("recall", {"query": "billing-engine retry backoff", "budget": 400})
+    finally:
+        server.close()
+    assert "invoices are retried three times" in tight and "email retries use exponential backoff" in tight
+    assert "deployed release" not in tight and "2 shown + 2 nearby" in tight  # the name alone is no match
+    assert "2 shown + 6 nearby" in roomy  # room left: the named entity's nearest other facts fill it
+    lines = [line for line in roomy.splitlines() if "deployed release" in line]
+    assert lines and all(line.endswith("«~»") for line in lines)

@@ -703,14 +703,37 @@ def hit_stats(ranks: list[int | None]) -> tuple[float, float, float]:
 
 
 def section_recall(b: Bench, args) -> dict:
+    """The corpus words only; with --embeddings URL, again with real embeddings in the same run, compared."""
+    plain = _section_recall(b, args, {})
+    if not embeddings_env(args):
+        return plain
+    emb = _section_recall(b, args, embeddings_env(args))
+    title(f"corpus (a tuning set): recall words only vs with embeddings ({args.embeddings_model}), same run")
+    rows = []
+    for kind in ("all", "paraphrase", "keyword", "multi-word", "typo"):
+        def pick(per):
+            return [r for r in per if (kind == "all" and r["q"]["kind"] != "typo") or r["q"]["kind"] == kind
+                    or (kind == "multi-word" and r["q"]["kind"] == "keyword" and len(naive_words(r["q"]["q"])) >= 3)]
+        a, e = pick(plain["per"]), pick(emb["per"])
+        rows.append([kind, len(a), f"{sum(r['gm_hit'] for r in a)}/{len(a)}", f"{sum(r['gm_hit'] for r in e)}/{len(e)}",
+                     f"{statistics.mean(r['gm_tok'] for r in a):.0f}", f"{statistics.mean(r['gm_tok'] for r in e):.0f}",
+                     f"{hit_stats([r['search_rank'] for r in a])[0]:.3f}",
+                     f"{hit_stats([r['search_rank'] for r in e])[0]:.3f}"])
+    table(["questions", "n", "recall words", "recall +emb", "tok words", "tok +emb", "search hit@1 words",
+           "search hit@1 +emb"], rows, "lrrrrrrr")
+    return plain
+
+
+def _section_recall(b: Bench, args, extra_env: dict) -> dict:
     import bench_corpus as corpus
-    title("3. recall: labelled corpus (tools/bench_corpus.py), naive top-10 dump vs graphmem recall")
+    title("3. recall: labelled corpus (tools/bench_corpus.py), naive top-10 dump vs graphmem recall"
+          + (f" (with embeddings: {extra_env['MEMORY_EMBEDDINGS_MODEL']})" if extra_env else ""))
     st = corpus.stats()
     qs = corpus.questions() + corpus.typo_questions()
     print(f"corpus: {st['entities']} entities, {st['facts']} facts, {st['relations']} relations; {st['questions']} "
           f"questions ({st['paraphrases']} paraphrases)")
     path = b.path("corpus")
-    mem = b.memory(path)
+    mem = b.memory(path, **extra_env)
     # written through graphmem's own tools, a few entities per call as an agent would
     refused = []
     for i in range(0, len(corpus.ENTITIES), 6):
@@ -723,6 +746,8 @@ def section_recall(b: Bench, args) -> dict:
     if err:
         refused.append(text)
     graph = mem.store.read()
+    if extra_env:
+        embed_all(mem, [o for e in graph.entities for o in e.observations])
     stored = {(e.name, o) for e in graph.entities for o in e.observations}
     missing = [(n, f) for n, _, fs in corpus.ENTITIES for f in fs if (n, f) not in stored]
     print(f"written through create_entities/create_relations: {len(graph.entities)} entities, "
@@ -883,8 +908,55 @@ def fts_query(question: str) -> str:
     return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
 
 
+def embeddings_env(args) -> dict:
+    """MEMORY_EMBEDDINGS_* for the runs with real embeddings (--embeddings URL), else {}."""
+    if not getattr(args, "embeddings", None):
+        return {}
+    return {"MEMORY_EMBEDDINGS_URL": args.embeddings, "MEMORY_EMBEDDINGS_MODEL": args.embeddings_model}
+
+
+def embed_all(mem, texts: list[str]) -> float:
+    """Compute every fact's vector before the questions (the server fills at most EMBED_FILL_SECONDS a call, so
+    the first questions would be asked with part of the graph embedded); seconds taken."""
+    t0 = time.perf_counter()
+    saved, ms.EMBED_BATCH_TIMEOUT = ms.EMBED_BATCH_TIMEOUT, 600.0  # a slow CPU model: a batch may take long
+    mem.vectors.client.problem, mem.vectors.batch = "", ms.EMBED_BATCH  # the writes' short waits may have failed
+    try:
+        left = mem.vectors.fill(texts, 1e9)
+    finally:
+        ms.EMBED_BATCH_TIMEOUT = saved
+    if left:
+        raise RuntimeError(f"{left} facts could not be embedded: {mem.vectors.client.problem}")
+    return time.perf_counter() - t0
+
+
 def section_locomo(b: Bench, args) -> dict | None:
-    title("4. locomo: LoCoMo-10 retrieval-only, graphmem recall(budget=200) vs FTS5 BM25 top-5 floor")
+    """LoCoMo words only; with --embeddings URL, again with real embeddings in the same run, then both side by side."""
+    plain = _section_locomo(b, args, {})
+    if not plain or not embeddings_env(args):
+        return plain
+    emb = _section_locomo(b, args, embeddings_env(args))
+    compare_runs(plain["samples"], emb["samples"], args.embeddings_model)
+    return plain
+
+
+def compare_runs(plain: list[dict], emb: list[dict], model: str) -> None:
+    title(f"LoCoMo turn recall at 200 tokens: words only vs with embeddings ({model}) vs FTS5 BM25 top-5, same run")
+    rows = []
+    for name in ("tune", "report", "all"):
+        a = [s for s in plain if name == "all" or locomo_split(s["conv"]) == name]
+        e = [s for s in emb if name == "all" or locomo_split(s["conv"]) == name]
+        if not a:
+            continue
+        gm, ge, f5 = (statistics.mean(s[k] for s in sel) for sel, k in ((a, "score"), (e, "score"), (a, "fts5")))
+        rows.append([name, len(a), f"{gm:.3f}", f"{ge:.3f}", f"{f5:.3f}", f"{gm / f5:.3f}x", f"{ge / f5:.3f}x",
+                     f"{statistics.mean(s['tok'] for s in e):.0f}"])
+    table(["split", "n", "words", "+embeddings", "FTS5 R@5", "words/FTS5", "emb/FTS5", "tok (emb)"], rows, "lrrrrrrr")
+
+
+def _section_locomo(b: Bench, args, extra_env: dict) -> dict | None:
+    title("4. locomo: LoCoMo-10 retrieval-only, graphmem recall(budget=200) vs FTS5 BM25 top-5 floor"
+          + (f" (with embeddings: {extra_env['MEMORY_EMBEDDINGS_MODEL']})" if extra_env else ""))
     d = args.locomo or os.path.join(os.path.dirname(REPO), "shared", "bench-data", "locomo10")
     if not os.path.isdir(d) or not glob.glob(os.path.join(d, "*.json")):
         print(f"skipped: no LoCoMo data at {d} (pass --locomo DIR)")
@@ -904,7 +976,7 @@ def section_locomo(b: Bench, args) -> dict | None:
     stats = {"q": 0, "dropped": 0, "repaired": 0, "not_stored": 0, "turns": 0}
     res = {k: {"gm": [], "gm_tok": [], "f1": [], "f5": [], "f10": [], "f_tok": []} for k in CATEGORY}
     samples = []
-    t_load = t_gm = t_fts = 0.0
+    t_load = t_gm = t_fts = t_embed = 0.0
     for conv in convs:
         turn_text: dict[str, str] = {}
         ents = []
@@ -919,11 +991,13 @@ def section_locomo(b: Bench, args) -> dict | None:
         stats["turns"] += len(turn_text)
         path = b.path(f"locomo-{conv['id']}")
         t0 = time.perf_counter()
-        mem = b.memory(path, **env)
+        mem = b.memory(path, **env, **extra_env)
         for i in range(0, len(ents), 5):
             text, err = call(mem, "create_entities", {"entities": ents[i:i + 5]})
             if err:
                 print(f"  {conv['id']}: create_entities error: {text[:200]}")
+        if extra_env:
+            t_embed += embed_all(mem, [o for e in ents for o in e["observations"]])
         graph = mem.store.read()
         stored = {o for e in graph.entities for o in e.observations}
         stats["not_stored"] += sum(1 for t in set(turn_text.values()) if t not in stored)
@@ -970,7 +1044,8 @@ def section_locomo(b: Bench, args) -> dict | None:
         db.close()
     print(f"loaded {stats['turns']} turns ({stats['not_stored']} turn texts not stored) in {t_load:.1f} s; "
           f"{stats['q']} questions scored, {stats['repaired']} evidence lists repaired, {stats['dropped']} dropped "
-          f"(no valid evidence); recall time {t_gm:.1f} s, FTS5 time {t_fts:.1f} s")
+          f"(no valid evidence); recall time {t_gm:.1f} s, FTS5 time {t_fts:.1f} s"
+          + (f"; embedding the turns (in the load time) {t_embed:.1f} s" if extra_env else ""))
     rows = []
     allv = {k: [] for k in ("gm", "gm_tok", "f1", "f5", "f10", "f_tok")}
     for cat, name in CATEGORY.items():
@@ -999,7 +1074,7 @@ def section_locomo(b: Bench, args) -> dict | None:
         with open(args.dump_locomo, "w", encoding="utf-8") as fh:
             json.dump(samples, fh, ensure_ascii=False, indent=1)
         print(f"per-question results written to {args.dump_locomo}")
-    return {"gm": gm, "gm_tok": gtok, "fts5": f5, "fts_tok": ftok}
+    return {"gm": gm, "gm_tok": gtok, "fts5": f5, "fts_tok": ftok, "samples": samples}
 
 
 # ════════════════════════════════════════════════════════════════════════════
@@ -1094,6 +1169,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dump-locomo", metavar="FILE", help="write per-question LoCoMo results as JSON (for analysis)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary graphs")
     ap.add_argument("--split", choices=sorted(LOCOMO_SPLITS), help="LoCoMo: only the tune or the report half")
+    ap.add_argument("--embeddings", metavar="URL", help="locomo and recall: run again with MEMORY_EMBEDDINGS_URL=URL "
+                    "(an OpenAI-compatible /v1 base, e.g. tools/embed_server.py's) and compare, in the same run")
+    ap.add_argument("--embeddings-model", default="all-MiniLM-L6-v2", help="MEMORY_EMBEDDINGS_MODEL for --embeddings")
     args = ap.parse_args(argv)
     wanted = SECTIONS[:] if not args.section else [s.strip() for s in args.section.split(",") if s.strip()]
     bad = [s for s in wanted if s not in SECTIONS]

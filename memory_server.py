@@ -1457,8 +1457,9 @@ PROBES_AUTO_KEPT = 500     # newest learned probes: --compact runs each twice, 1
                            # tools/bench_growth.py -> ~13 s at most; one probe is 0.2% of the hit rate, well under
                            # the default 2% max drop, so the guardrail still sees a single lost answer
 PROBES_MANUAL_KEPT = 2000  # added by a person with --probe: a cap only against a script gone wrong
-RECLAIM_FREE_PAGES = 256   # VACUUM only when over 1 MB (4 KB pages) and a quarter of the file is free: once, after a
-                           # migration trims a long history (a steady prune frees far less); a guess: VACUUM copies the file
+# VACUUM only when over 1 MB (4 KB pages) and a quarter of the file is free: once, after a migration trims a long
+# history (a steady prune frees far less); a guess: VACUUM copies the file
+RECLAIM_FREE_PAGES = 256
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -1522,7 +1523,8 @@ META_BUSY_SECONDS = 1.0   # a call waits this long for memory.db held by another
 META_REOPEN_SECONDS = 5.0  # an unavailable memory.db is tried again this often
 
 
-SKIPPED_WORDS = {"reconcile": "fact ages", "mark_active": "the day of use (activity clock)", "save_states": "usage and pins", "move_facts": "pins of moved facts",
+SKIPPED_WORDS = {"reconcile": "fact ages", "mark_active": "the day of use (activity clock)",
+                 "save_states": "usage and pins", "move_facts": "pins of moved facts",
                  "record_call": "receipts", "add_probe": "guardrail probes", "probes": "guardrail probes",
                  "record_history": "history (undo)", "history": "history",
                  "vectors": "cached embeddings", "save_vectors": "cached embeddings",
@@ -1723,12 +1725,13 @@ class MetaStore:
         rows = []
         for entity, text in keys:
             s = self.state(entity, text)
-            rows.append((db_text(entity), db_text(text), s.created, s.last_used, s.uses, s.stability, s.importance, int(s.pinned), s.client))
+            rows.append((db_text(entity), db_text(text), s.created, s.last_used, s.uses, s.stability, s.importance,
+                         int(s.pinned), s.client))
         if rows:
             with self.write(durable):
                 self.conn.executemany(
-                    "INSERT OR REPLACE INTO facts(entity, text, created, last_used, uses, stability, importance, pinned, client)"
-                    " VALUES (?,?,?,?,?,?,?,?,?)", rows)
+                    "INSERT OR REPLACE INTO facts(entity, text, created, last_used, uses, stability, importance,"
+                    " pinned, client) VALUES (?,?,?,?,?,?,?,?,?)", rows)
             self._data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
 
     def reinforce(self, keys: Iterable[tuple[str, str]]) -> None:
@@ -1752,7 +1755,8 @@ class MetaStore:
             for (oe, ot), (ne, nt) in renames:
                 self.conn.execute("DELETE FROM facts WHERE entity=? AND text=?", (ne, nt))
                 self.conn.execute("UPDATE facts SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
-                self.conn.execute("UPDATE OR REPLACE anchors SET entity=?, text=? WHERE entity=? AND text=?", (ne, nt, oe, ot))
+                self.conn.execute("UPDATE OR REPLACE anchors SET entity=?, text=? WHERE entity=? AND text=?",
+                                  (ne, nt, oe, ot))
 
     # ── the activity clock ──
     @best_effort()
@@ -1779,7 +1783,8 @@ class MetaStore:
             self.conn.execute(
                 "INSERT INTO ledger_days(day, tool, client, calls, tokens, reference_tokens, saved)"
                 " VALUES (date(?, 'unixepoch'), ?, ?, 1, ?, ?, ?) ON CONFLICT(day, tool, client) DO UPDATE SET"
-                " calls=calls+1, tokens=tokens+excluded.tokens, reference_tokens=reference_tokens+excluded.reference_tokens,"
+                " calls=calls+1, tokens=tokens+excluded.tokens,"
+                " reference_tokens=reference_tokens+excluded.reference_tokens,"
                 " saved=saved+excluded.saved",
                 (time.time(), tool, db_text(client) if client else "", tokens, reference_tokens,
                  max(reference_tokens - tokens, 0)))
@@ -1829,8 +1834,8 @@ class MetaStore:
         Queries differing only in case or spacing are one probe (recall reads them the same)."""
         key, now = (db_text(" ".join(query_words(query))), db_text(entity), db_text(fact)), time.time()
         with self.write():
-            cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created) VALUES (?,?,?,?,?)",
-                                    (*key, source, now))
+            cur = self.conn.execute("INSERT OR IGNORE INTO probes(query, entity, fact, source, created)"
+                                    " VALUES (?,?,?,?,?)", (*key, source, now))
             added = cur.rowcount > 0
             if not added:
                 self.conn.execute("UPDATE probes SET created=?, source=CASE source WHEN 'manual' THEN source ELSE ? END"
@@ -1950,7 +1955,8 @@ DELETE FROM history WHERE id < (SELECT id FROM history ORDER BY id DESC LIMIT 1 
 # Beyond the newest N of their kind, newest by when a probe was last learned or added.
 PRUNE_PROBES = """
 DELETE FROM probes WHERE id IN (SELECT id FROM (
-    SELECT id, source, row_number() OVER (PARTITION BY source = 'manual' ORDER BY created DESC, id DESC) AS n FROM probes)
+    SELECT id, source, row_number() OVER (PARTITION BY source = 'manual' ORDER BY created DESC, id DESC) AS n
+    FROM probes)
     WHERE n > CASE source WHEN 'manual' THEN ? ELSE ? END)"""
 
 
@@ -2394,7 +2400,8 @@ TABLE_NEIGHBOURS = 24     # related words kept per query word (table: <= 20 per 
 TABLE_MIN_WEIGHT = 0.15   # weaker relations add noise, not answers (tune half)
 # Saying when nothing matches well: the best fact covers under this share of the query's weight (idf) with
 # the query's own words (a related word counts at its weight).
-STRONG_COVERAGE = 0.35    # corpus: flags 13 of 18 misses, 12 of 108 hits; LoCoMo tune half: 52 of 256 misses, 34 of 504 hits
+# corpus: flags 13 of 18 misses, 12 of 108 hits; LoCoMo tune half: 52 of 256 misses, 34 of 504 hits
+STRONG_COVERAGE = 0.35
 # Optional real embeddings (MEMORY_EMBEDDINGS_URL), measured with all-MiniLM-L6-v2 served by tools/embed_server.py:
 DENSE_WEIGHT = 0.5        # share of the cosine (query vs fact vector) in a fact's score. LoCoMo tune half, turn
                           # recall at 200 tokens: words only 0.602; 0.3 0.614, 0.4 0.617, 0.5 0.627, 0.6 0.626,
@@ -2942,7 +2949,8 @@ class SearchIndex:
         """The reference's search: the whole query as one substring of name, type or a fact."""
         q = query.lower()
         if "\n" in q:
-            return [d for d in self.docs if q in d.name.lower() or q in d.etype.lower() or any(q in f.lower() for f in d.facts)]
+            return [d for d in self.docs
+                    if q in d.name.lower() or q in d.etype.lower() or any(q in f.lower() for f in d.facts)]
         return [d for d in self.docs if q in d.blob]
 
 

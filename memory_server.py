@@ -5018,6 +5018,13 @@ def name_refusal(label: str, value: str) -> tuple[str, str] | None:
     return ("secret", f"{label} {secret_refusal(secret)}") if secret else None
 
 
+def require_name(label: str, value: str) -> None:
+    """ToolError (with its reason code) when name_refusal refuses `value`."""
+    refusal = name_refusal(label, value)
+    if refusal:
+        raise ToolError(refusal[1], refusal[0])
+
+
 def fact_refusal(text: str, settings: Settings, anchors: "AnchorChecker") -> tuple[str, str] | None:
     """(reason code, words) when a new fact is refused (check_new_fact's checks, in its order, then its
     code anchor), else None."""
@@ -5978,9 +5985,7 @@ class Memory:
         """Tool rename_entity: a new name; facts, relations, archive, pins and history follow."""
         def change(tx: Transaction) -> WriteResult:
             entity = self._existing_entity(tx.graph, name)
-            refusal = name_refusal("newName", newName)
-            if refusal:
-                raise ToolError(refusal[1], refusal[0])
+            require_name("newName", newName)
             if tx.graph.get(newName):
                 raise ToolError(f"{_q(newName)} already exists; merge by hand (add_observations, then delete_entities)",
                                 "exists")
@@ -6067,9 +6072,7 @@ class Memory:
         """UI edit: change an entity's type."""
         def change(tx: Transaction) -> WriteResult:
             entity = self._existing_entity(tx.graph, name)
-            refusal = name_refusal("entityType", entityType)
-            if refusal:
-                raise ToolError(refusal[1], refusal[0])
+            require_name("entityType", entityType)
             tx.touch(name)
             old, entity.entityType = entity.entityType, entityType
             result = WriteResult("set_entity_type")
@@ -7055,8 +7058,15 @@ def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_
         print(f"graphmem: token (shown once, never stored; set {HTTP_TOKEN_ENV} to choose your own): {token}",
               file=sys.stderr, flush=True)
     mcp.warm_up()
+    # on the way out, let a call in flight finish its write
+    serve_until_stopped(server, lambda: mcp.calls.acquire(timeout=HTTP_READ_TIMEOUT))
+    return 0
+
+
+def serve_until_stopped(server: Any, on_exit: Callable[[], Any] = lambda: None) -> None:
+    """Serve an http.server until Ctrl-C or SIGTERM (a quiet stop either way), then close it and run on_exit."""
     import signal
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError):  # not the main thread (tests): no handler
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     try:
         server.serve_forever(poll_interval=0.2)
@@ -7064,8 +7074,7 @@ def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_
         pass
     finally:
         server.server_close()
-        mcp.calls.acquire(timeout=HTTP_READ_TIMEOUT)  # let a call in flight finish its write before we exit
-    return 0
+        on_exit()
 
 
 def tls_socket(sock: socket.socket, cert: Path | None, key: Path | None) -> socket.socket:
@@ -7620,17 +7629,7 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
     if open_browser:
         import webbrowser
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
-    import signal
-    with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        if temp:
-            temp.cleanup()
+    serve_until_stopped(server, temp.cleanup if temp else lambda: None)
     return 0
 
 

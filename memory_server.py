@@ -8787,6 +8787,10 @@ SETTINGS_TABLE = (
     ("MEMORY_PRICE_MODEL", "price_model", "the model that price is for"),
     ("MEMORY_PROJECT_ROOT", "project_root",
      "the project (its git work tree) whose memory is used; where code anchors resolve"),
+    ("MEMORY_EMBEDDINGS_URL", "embeddings_url", "an OpenAI-compatible embeddings API base: recall by meaning too"),
+    ("MEMORY_EMBEDDINGS_MODEL", "embeddings_model", "the embedding model that endpoint serves"),
+    ("MEMORY_EMBEDDINGS_KEY_ENV", "embeddings_key_from",
+     "the name of the variable holding the endpoint's key (never the key)"),
 )
 PATH_FIELDS = {"file_path", "project_root"}
 
@@ -8797,7 +8801,7 @@ def setting_default(field: str) -> str:
         return (f"the project's memory in a git work tree (graphmem --projects), else "
                 f"{default_memory_path(dict(os.environ))} (per-user data dir)")
     default = {f.name: f.default for f in dataclasses.fields(Settings)}[field]
-    return "the working directory" if default is None else str(default)
+    return "the working directory" if default is None else str(default) if default != "" else "unset"
 
 
 def settings_help() -> str:
@@ -8914,6 +8918,9 @@ def print_config(client: str) -> int:
     print(f"# paste into {CLIENT_WHERE[client].format(cmd=' '.join(command))}", file=sys.stderr)
     if env:
         print(f"# with the settings set here: {', '.join(env)}", file=sys.stderr)
+    if os.environ.get("MEMORY_EMBEDDINGS_KEY", "").strip():
+        print("# MEMORY_EMBEDDINGS_KEY is not copied (a secret in a config file): set MEMORY_EMBEDDINGS_KEY_ENV to "
+              "the name of a variable that holds it in the client's environment", file=sys.stderr)
     if temporary_environment(Path(sys.prefix)):
         log(f"warning: this runs from a temporary cache ({sys.prefix}) that pipx run or uvx deletes after a "
             f"while, and the config above would stop working then. Install for good, then ask again: "

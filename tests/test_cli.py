@@ -100,6 +100,23 @@ def test_config_copies_the_memory_settings_set_here_into_the_clients_env_block(c
     assert "MEMORY_FILE_PATH, MEMORY_OBS_MAX, MEMORY_PRICE_MODEL" in done.stderr.decode()
 
 
+@pytest.mark.parametrize("client", ["claude-code", "codex", "vscode"])
+def test_config_copies_the_embeddings_settings_but_never_the_key(client, tmp_path):
+    secret = "sk-embed-" + "k" * 24
+    env = {"MEMORY_EMBEDDINGS_URL": "http://localhost:11434/v1", "MEMORY_EMBEDDINGS_MODEL": "nomic-embed-text",
+           "MEMORY_EMBEDDINGS_KEY": secret}
+    done = run("--config", client, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    _, copied = config_entry(client, done.stdout.decode())
+    assert copied == {"MEMORY_EMBEDDINGS_URL": "http://localhost:11434/v1", "MEMORY_EMBEDDINGS_MODEL": "nomic-embed-text"}
+    assert secret.encode() not in done.stdout + done.stderr
+    assert b"MEMORY_EMBEDDINGS_KEY is not copied" in done.stderr
+    done = run("--config", client, env={**env, "MEMORY_EMBEDDINGS_KEY": "", "MEMORY_EMBEDDINGS_KEY_ENV": "EMBED_KEY",
+                                        "EMBED_KEY": secret}, cwd=tmp_path)
+    _, copied = config_entry(client, done.stdout.decode())
+    assert copied["MEMORY_EMBEDDINGS_KEY_ENV"] == "EMBED_KEY" and secret.encode() not in done.stdout
+
+
 def test_config_refuses_a_bad_setting_instead_of_copying_it():
     done = run("--config", "cursor", env={"MEMORY_OBS_MAX": "lots"})
     assert done.returncode == 2 and b"MEMORY_OBS_MAX" in done.stderr and done.stdout == b""

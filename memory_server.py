@@ -6596,6 +6596,7 @@ HTTP_READ_TIMEOUT = 30.0  # seconds a client may take for its headers, its body,
 # connections waiting for accept(); socketserver's 5 reset 13 of 32 clients connecting at once
 HTTP_LISTEN_BACKLOG = 128
 HTTP_SESSIONS_KEPT = 1000  # handshake-era sessions remembered (least recently used dropped): a guess
+HTTP_PROJECTS_KEPT = 32    # project graphs kept loaded for X-Graphmem-Project (least recently used dropped): a guess
 HTTP_PROJECT_HEADER = "X-Graphmem-Project"  # absolute path of a project root on the server host
 HTTP_TOKEN_ENV = "MEMORY_HTTP_TOKEN"
 HTTP_SESSION_HEADER = "Mcp-Session-Id"
@@ -6642,7 +6643,7 @@ class HttpMcp:
         self.allowed_hosts = {h.lower() for h in allowed_hosts}  # names a reverse proxy passes on (--allow-host)
         self.port = 0  # set once bound
         self.calls = threading.Lock()
-        self._memories: dict[tuple[Path, Path | None], Memory] = {}
+        self._memories: collections.OrderedDict[tuple[Path, Path | None], Memory] = collections.OrderedDict()
         self._sessions: collections.OrderedDict[str, HttpSession] = collections.OrderedDict()
 
     # ── who may talk to us ──
@@ -6678,6 +6679,10 @@ class HttpMcp:
         key = (settings.file_path, settings.project_root)
         if key not in self._memories:
             self._memories[key] = Memory(settings)
+            own = (self.settings.file_path, self.settings.project_root)
+            for old in [k for k in self._memories if k not in (own, key)][:-(HTTP_PROJECTS_KEPT - 1) or None]:
+                del self._memories[old]  # its graph and index are freed; it loads again when asked for
+        self._memories.move_to_end(key)
         return self._memories[key]
 
     def project_settings(self, raw: str) -> Settings:

@@ -635,3 +635,26 @@ def test_the_official_python_sdk_connects_lists_and_calls_over_http(srv):
                   "session-call-search_nodes", "client-auto-connect", "client-auto-call-read_graph"):
         assert f"PASS {check}" in out, out
     assert "path=modern(adopted server/discover)" in out
+
+
+def test_project_graphs_kept_loaded_are_bounded_and_the_servers_own_stays(tmp_path, monkeypatch):
+    """X-Graphmem-Project names any folder: the server keeps the most recently used HTTP_PROJECTS_KEPT project
+    graphs loaded and drops the least recently used (it loads again when asked for); its own graph stays."""
+    import memory_server as ms
+    monkeypatch.setattr(ms, "HTTP_PROJECTS_KEPT", 2)
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg"),
+           "MEMORY_FILE_PATH": str(tmp_path / "own" / "memory.jsonl")}
+    mcp = ms.HttpMcp(ms.Settings.from_env(env), env, TOKEN, "127.0.0.1")
+    own = mcp.memory_for(None)
+    folders = []
+    for name in "abcd":
+        folder = tmp_path / name
+        folder.mkdir()
+        folders.append(str(folder))
+    first = mcp.memory_for(folders[0])
+    for folder in folders[1:]:
+        mcp.memory_for(folder)
+    assert len(mcp._memories) == 3  # its own + the two most recently used projects
+    assert mcp.memory_for(None) is own
+    assert mcp.memory_for(folders[3]) is mcp.memory_for(folders[3])  # kept: the same Memory
+    assert mcp.memory_for(folders[0]) is not first  # dropped, then loaded again

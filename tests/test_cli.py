@@ -333,8 +333,12 @@ def start_in_a_terminal(tmp_path):
     pty = pytest.importorskip("pty")
     master, slave = pty.openpty()
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    import signal
+    # as a shell starts it in the foreground: SIGINT at its default. A background job (`cmd &` without job
+    # control) inherits SIGINT ignored, and Python then keeps ignoring it: Ctrl-C could never stop the server.
     proc = subprocess.Popen([sys.executable, str(SERVER)], stdin=slave, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
+                            stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     return proc, master
 

@@ -2303,7 +2303,13 @@ class EmbeddingClient:
         parts = urllib.parse.urlsplit(settings.embeddings_url)
         path = parts.path.rstrip("/")
         path = path if path.endswith("/embeddings") else path + "/embeddings"
-        self.url = urllib.parse.urlunsplit(parts._replace(path=path))
+        # urllib would take user:password@ for part of the host name ("Name or service not known"): send it as
+        # Basic auth instead, as curl does, and keep it out of the URL
+        netloc = parts.netloc.rpartition("@")[2]
+        self.url = urllib.parse.urlunsplit(parts._replace(path=path, netloc=netloc))
+        userinfo = parts.netloc.rpartition("@")[0]
+        import base64
+        self._basic = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode() if userinfo else ""
         self.label = _url_label(self.url)
         self.model = settings.embeddings_model
         self._key = settings.embeddings_key
@@ -2339,6 +2345,8 @@ class EmbeddingClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(self.url, body, headers, method="POST")
         self.calls += 1
         try:
@@ -2354,7 +2362,7 @@ class EmbeddingClient:
                 raise EmbeddingError(f"no answer within {timeout:g} s", slow=True) from None
             raise EmbeddingError(f"unreachable ({reason})") from None
         except Exception as err:  # the network boundary: a broken answer is a failed call, never a crash
-            raise EmbeddingError(f"failed ({type(err).__name__}: {err})") from None
+            raise EmbeddingError(f"{type(err).__name__}: {err}") from None
 
     def _parse(self, raw: bytes, count: int) -> list[array.array]:
         try:
@@ -7296,6 +7304,14 @@ def ui_refusal(op: str, message: str) -> dict[str, Any]:
     return ui_reply(WriteResult.refusal(op, message, "invalid_arguments"), True)
 
 
+def ui_whole_number(query: dict[str, str], name: str, default: int) -> int:
+    """A whole-number query parameter; anything else is a ValueError the API answers as a 400 that names it."""
+    text = query.get(name, "") or str(default)
+    if not text.lstrip("-").isdigit():
+        raise ValueError(f"{name} must be a whole number, got {text[:40]!r}")
+    return int(text)
+
+
 def _tool(name: str, build: Callable[..., dict[str, Any]]) -> Callable[..., tuple[Answer, bool]]:
     """A UI op through an agent tool: the same handler, checks and lock; its answer as data."""
     return lambda memory, *args: memory.answer_tool(name, build(*args))
@@ -7412,7 +7428,7 @@ UI_READS: dict[str, Callable[[UiApi, UiApi, dict[str, str]], Any]] = {  # (api, 
     "/api/archived": lambda api, view, q: view.archived(q.get("name", "")),
     "/api/search": lambda api, view, q: view.search(q.get("q", "")),
     "/api/overview": lambda api, view, q: view.overview(),
-    "/api/history": lambda api, view, q: view.history(int(q.get("limit", "20") or 20)),
+    "/api/history": lambda api, view, q: view.history(ui_whole_number(q, "limit", 20)),
 }
 
 
@@ -8953,13 +8969,15 @@ def remote_shapes(url: str) -> dict[str, Any]:
     """Each client's remote config for a graphmem --http server at url (the header reads MEMORY_HTTP_TOKEN
     where the client can expand variables)."""
     bearer = "Bearer " + REMOTE_TOKEN_PLACEHOLDER
+    parts = urllib.parse.urlsplit(url)  # mcp-remote refuses plain http beyond localhost unless told --allow-http
+    insecure = ["--allow-http"] if parts.scheme == "http" and parts.hostname not in LOOPBACK_NAMES else []
     def header(value: str) -> dict[str, str]:
         return {"Authorization": value}
     return {
         "claude-code": {"mcpServers": {"graphmem": {"type": "http", "url": url,
                                                     "headers": header("Bearer ${MEMORY_HTTP_TOKEN}")}}},
         "claude-desktop": {"mcpServers": {"graphmem": {
-            "command": "npx", "args": ["-y", "mcp-remote", url, "--header", "Authorization:${GRAPHMEM_AUTH}"],
+            "command": "npx", "args": ["-y", "mcp-remote", url, *insecure, "--header", "Authorization:${GRAPHMEM_AUTH}"],
             "env": {"GRAPHMEM_AUTH": bearer}}}},
         "cursor": {"mcpServers": {"graphmem": {"url": url, "headers": header("Bearer ${env:MEMORY_HTTP_TOKEN}")}}},
         "vscode": {"servers": {"graphmem": {"type": "http", "url": url,
@@ -8988,13 +9006,25 @@ def remote_client_config(client: str, url: str) -> str:
     return json.dumps(remote_shapes(url)[client], indent=2) + "\n"
 
 
+def _url_port_ok(parts: Any) -> bool:
+    """A URL's port is absent or 1-65535 (0 serves "any free port"; a client needs the one the server printed)."""
+    try:
+        return parts.port is None or parts.port > 0
+    except ValueError:
+        return False
+
+
 def print_remote_config(client: str, url: str) -> int:
     """--config CLIENT --http URL: the remote config on stdout; where it goes and where the token comes from on
     stderr."""
     from urllib.parse import urlsplit
+    given = url
+    if url.lstrip(":").isdigit():  # a port alone, as `graphmem --http 8000` serves it: that server on this machine
+        url = f"127.0.0.1:{url.lstrip(':')}"
     parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--http {url!r}: give the server's URL, e.g. http://127.0.0.1:8000/mcp")
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _url_port_ok(parts):
+        raise ConfigError(f"--http {given!r}: give the server's URL with the port it printed, e.g. "
+                          "http://127.0.0.1:8000/mcp")
     url = parts._replace(path=parts.path if parts.path not in ("", "/") else HTTP_ENDPOINT).geturl()
     text = remote_client_config(client, url)
     sys.stdout.write(text)

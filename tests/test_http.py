@@ -610,6 +610,35 @@ def test_remote_configs_name_the_url_and_never_paste_the_token(tmp_path):
     assert done.returncode == 2 and b"URL" in done.stderr
 
 
+def test_remote_config_takes_a_port_alone_and_refuses_port_0(tmp_path):
+    """`--config CLIENT --http 8000` mirrors `graphmem --http 8000`: the server on this machine, not host "8000";
+    port 0 (serve on any free port) is no address a client can use."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    for given in ("8000", ":8000", "127.0.0.1:8000"):
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor", "--http", given],
+                              capture_output=True, env=env, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["mcpServers"]["graphmem"]["url"] == "http://127.0.0.1:8000/mcp", given
+        assert b"in clear" not in done.stderr
+    for given in ("0", "127.0.0.1:0", "http://h:99999/mcp"):
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor", "--http", given],
+                              capture_output=True, env=env, timeout=30)
+        assert done.returncode == 2 and b"the port it printed" in done.stderr and not done.stdout, given
+
+
+def test_claude_desktop_bridge_allows_plain_http_only_beyond_loopback(tmp_path):
+    """mcp-remote refuses a plain http URL that is not localhost unless given --allow-http; loopback and https
+    need no flag."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    def args(url: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "claude-desktop", "--http", url],
+                              capture_output=True, env=env, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["mcpServers"]["graphmem"]["args"]
+    assert args("http://10.1.2.3:8000")[:4] == ["-y", "mcp-remote", "http://10.1.2.3:8000/mcp", "--allow-http"]
+    assert "--allow-http" not in args("http://127.0.0.1:8000") and "--allow-http" not in args("https://mem.example")
+
+
 # ── the official Python SDK's Streamable HTTP client ──
 def sdk_python() -> str | None:
     """A Python with the `mcp` package: this one, after installing it into the test venv when we are in one."""

@@ -4930,7 +4930,12 @@ def _render_delete_observations(r: WriteResult) -> str:
 
 
 def _render_delete_relations(r: WriteResult) -> str:
-    return f"Deleted {len(r.of('removed'))} of {r.counts['asked']} relation(s)."
+    out = f"Deleted {len(r.of('removed'))} of {r.counts['asked']} relation(s)."
+    missing = r.of("skipped")
+    if missing:  # which ones, so a typo in a name or relation type shows (first 5)
+        out += " Not found: " + "; ".join(short(o.text, 120) for o in missing[:5]) + \
+               (f" and {len(missing) - 5} more" if len(missing) > 5 else "") + "."
+    return out
 
 
 def _render_rename(r: WriteResult) -> str:
@@ -8780,12 +8785,12 @@ def report(memory: Memory) -> str:
 CLIENTS = ("claude-code", "claude-desktop", "codex", "cursor", "vscode", "gemini", "windsurf", "cline", "zed",
            "opencode", "copilot-cli")
 CLIENT_WHERE = {
-    "claude-code": "project .mcp.json (or: claude mcp add -s user graphmem -- {cmd})",
+    "claude-code": "project .mcp.json (or: claude mcp add -s user graphmem{env} -- {cmd})",
     "claude-desktop": "claude_desktop_config.json (Settings > Developer > Edit Config), then restart",
-    "codex": "~/.codex/config.toml (or: codex mcp add graphmem -- {cmd})",
+    "codex": "~/.codex/config.toml (or: codex mcp add graphmem{env} -- {cmd})",
     "cursor": "~/.cursor/mcp.json or .cursor/mcp.json",
     "vscode": ".vscode/mcp.json (or the user mcp.json: 'MCP: Open User Configuration')",
-    "gemini": "~/.gemini/settings.json (or: gemini mcp add -s user graphmem {cmd})",
+    "gemini": "~/.gemini/settings.json (or: gemini mcp add -s user graphmem {cmd}{env})",
     "windsurf": "~/.codeium/windsurf/mcp_config.json",
     "cline": "cline_mcp_settings.json (MCP Servers > Configure)",
     "zed": "~/.config/zed/settings.json",
@@ -8936,7 +8941,10 @@ def print_config(client: str) -> int:
     Settings.from_env()  # a bad value is refused here, not copied into the client's config
     command, env = server_command(), settings_in_env(dict(os.environ))
     sys.stdout.write(client_config(client, command, env))
-    print(f"# paste into {CLIENT_WHERE[client].format(cmd=' '.join(command))}", file=sys.stderr)
+    # each CLI's own flag, after the name: claude's -e is variadic and would take the name for a variable
+    flag = "--env" if client == "codex" else "-e"
+    flags = "".join(f" {flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items())
+    print(f"# paste into {CLIENT_WHERE[client].format(cmd=shlex.join(command), env=flags)}", file=sys.stderr)
     if env:
         print(f"# with the settings set here: {', '.join(env)}", file=sys.stderr)
     if os.environ.get("MEMORY_EMBEDDINGS_KEY", "").strip():
@@ -9028,7 +9036,7 @@ def print_remote_config(client: str, url: str) -> int:
     url = parts._replace(path=parts.path if parts.path not in ("", "/") else HTTP_ENDPOINT).geturl()
     text = remote_client_config(client, url)
     sys.stdout.write(text)
-    where = REMOTE_WHERE_EXTRA.get(client, CLIENT_WHERE[client]).format(url=url, cmd="...")
+    where = REMOTE_WHERE_EXTRA.get(client, CLIENT_WHERE[client]).format(url=url, cmd="...", env="")
     print(f"# paste into {where}", file=sys.stderr)
     if REMOTE_TOKEN_PLACEHOLDER in text:
         print(f"# {client} does not expand environment variables there: replace {REMOTE_TOKEN_PLACEHOLDER} with the "
@@ -9263,6 +9271,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_skill(args.skill)}")
             return 0
         if args.config:
+            if args.http and args.hooks:
+                raise ConfigError("--hooks goes without --http: a session-start hook runs graphmem --context on the "
+                                  "client's machine, which reads the memory there, not a remote server's")
             if args.http:
                 return print_remote_config(args.config, args.http)
             return print_hooks(args.config) if args.hooks else print_config(args.config)

@@ -346,7 +346,7 @@ def test_item7_the_text_agents_read_is_rendered_from_data_unchanged(api):
                                                          "observations": ["runs nightly"]}]})
     assert text == "Created 1: build; deploy", text
     text, is_error = api.call("delete_relations", {"relations": [{"from": "Api", "to": "x", "relationType": "y"}]})
-    assert (text, is_error) == ("Deleted 0 of 1 relation(s).", False)
+    assert (text, is_error) == ("Deleted 0 of 1 relation(s). Not found: Api -y-> x.", False)
     text, is_error = api.call("add_observations", {"observations": [{"entityName": "Api", "contents": ["x" * 301]}]})
     assert is_error and text.startswith("Nothing added. Api: +0, now 4; refused "), text
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -624,6 +625,35 @@ def test_remote_config_takes_a_port_alone_and_refuses_port_0(tmp_path):
         done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor", "--http", given],
                               capture_output=True, env=env, timeout=30)
         assert done.returncode == 2 and b"the port it printed" in done.stderr and not done.stdout, given
+
+
+def test_hooks_with_a_remote_url_are_refused_not_ignored(tmp_path):
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(SERVER), "--config", "codex", "--hooks", "--http", "8000"],
+                          capture_output=True, env=env, timeout=30)
+    assert done.returncode == 2 and b"--hooks goes without --http" in done.stderr and not done.stdout
+
+
+def test_the_cli_alternative_of_a_stdio_config_carries_its_settings(tmp_path):
+    """`# paste into ... (or: claude mcp add ...)` must start the same server the JSON does: with the settings
+    set here (quoted), after the server's name (claude's -e is variadic and would take the name)."""
+    graph = tmp_path / "my memory" / "memory.jsonl"
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(graph),
+           "MEMORY_OBS_MAX": "9"}
+    def hint(client: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(SERVER), "--config", client], capture_output=True, env=env,
+                              text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        line = done.stderr.splitlines()[0]
+        return shlex.split(line[line.index("(or: ") + 5:line.rindex(")")])
+    words = hint("claude-code")
+    assert words[:5] == ["claude", "mcp", "add", "-s", "user"] and words[5] == "graphmem"
+    assert words[6:11] == ["-e", f"MEMORY_FILE_PATH={graph}", "-e", "MEMORY_OBS_MAX=9", "--"]
+    words = hint("codex")
+    assert words[3] == "graphmem" and words[4:9] == ["--env", f"MEMORY_FILE_PATH={graph}", "--env",
+                                                     "MEMORY_OBS_MAX=9", "--"]
+    words = hint("gemini")
+    assert words[5] == "graphmem" and words[-4:] == ["-e", f"MEMORY_FILE_PATH={graph}", "-e", "MEMORY_OBS_MAX=9"]
 
 
 def test_claude_desktop_bridge_allows_plain_http_only_beyond_loopback(tmp_path):

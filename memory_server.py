@@ -7637,7 +7637,9 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
         return 1
     auth = UiAuth(secrets.token_urlsafe(24))
     server = None
-    for candidate in ([port] if port == 0 else range(port, port + 20)):
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--ui {port}: give a port from 1 to 65535, or 0 for any free port")
+    for candidate in ([port] if port == 0 else range(port, min(port + 20, 65536))):
         try:
             server = ThreadingHTTPServer(("127.0.0.1", candidate), make_ui_handler(api, auth, page_path.read_bytes))
             break
@@ -9261,9 +9263,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Options that only mean something beside another: alone, graphmem would quietly start the stdio server and wait
+# for JSON-RPC on a terminal (`graphmem --dry-run` looked like a hang).
+COMPANION_FLAGS = (("tls_cert", "--tls-cert", "http"), ("tls_key", "--tls-key", "http"),
+                   ("allow_origin", "--allow-origin", "http"), ("allow_host", "--allow-host", "http"),
+                   ("no_open", "--no-open", "ui"), ("demo", "--demo", "ui"),
+                   ("dry_run", "--dry-run", "compact"), ("all", "--all", "compact"))
+
+
+def refuse_orphan_flags(args: argparse.Namespace) -> None:
+    """ConfigError for an option given without the one it belongs to (COMPANION_FLAGS)."""
+    for dest, flag, parent in COMPANION_FLAGS:
+        value, owner = getattr(args, dest, None), getattr(args, parent, None)
+        if value not in (None, False, []) and (owner is None or owner is False):  # --ui 0 is given
+            example = {"http": " 8000", "ui": ""}.get(parent, "")
+            raise ConfigError(f"{flag} goes with --{parent}, e.g. graphmem --{parent}{example} {flag}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        refuse_orphan_flags(args)
         if args.protocol:
             sys.stdout.write(protocol_text())
             return 0

@@ -717,3 +717,19 @@ def test_project_graphs_kept_loaded_are_bounded_and_the_servers_own_stays(tmp_pa
     assert mcp.memory_for(None) is own
     assert mcp.memory_for(folders[3]) is mcp.memory_for(folders[3])  # kept: the same Memory
     assert mcp.memory_for(folders[0]) is not first  # dropped, then loaded again
+
+
+def test_an_option_without_the_one_it_belongs_to_is_refused_not_a_silent_stdio_server(tmp_path):
+    """`graphmem --dry-run` or `graphmem --tls-cert x` once started the stdio server and sat waiting for JSON-RPC
+    on the terminal."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    for argv, words in ((["--tls-cert", "c.pem"], "--tls-cert goes with --http"),
+                        (["--allow-origin", "https://a.example"], "--allow-origin goes with --http"),
+                        (["--no-open"], "--no-open goes with --ui"), (["--demo"], "--demo goes with --ui"),
+                        (["--dry-run"], "--dry-run goes with --compact"), (["--all"], "--all goes with --compact")):
+        done = subprocess.run([sys.executable, str(SERVER), *argv], capture_output=True, text=True, timeout=30,
+                              env=env, stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and words in done.stderr and not done.stdout, (argv, done.stderr)
+    done = subprocess.run([sys.executable, str(SERVER), "--compact", "--dry-run", "--all"], capture_output=True,
+                          text=True, timeout=30, env=env)
+    assert done.returncode == 0 and "dry run" in done.stdout, done.stderr

@@ -6739,6 +6739,9 @@ class HttpMcp:
 
     def end_session(self, sid: str | None) -> None:
         """DELETE /mcp: forget a session (404 when unknown)."""
+        if not sid:
+            raise HttpError(400, "Bad Request: DELETE ends a session; name it in the Mcp-Session-Id header "
+                                 "(stateless 2026-07-28 requests have none to end)")
         with self.calls:
             self.session(sid)
             del self._sessions[sid]

@@ -329,7 +329,8 @@ def test_delete_ends_a_session(srv):
     assert srv.send("", "DELETE", {"Mcp-Session-Id": sid})[0] == 204
     assert srv.legacy(sid, "tools/list")[0] == 404
     assert srv.send("", "DELETE", {"Mcp-Session-Id": sid})[0] == 404
-    assert srv.send("", "DELETE")[0] == 400
+    status, _, reply = srv.send("", "DELETE")
+    assert status == 400 and "DELETE ends a session" in json.dumps(reply), reply  # not "send initialize first"
 
 
 def test_an_older_legacy_version_is_negotiated_per_session(srv):

@@ -8917,6 +8917,8 @@ def hooks_config(client: str, command: list[str]) -> str:
     """The hook entries that run `--context` at session start (and after a compaction or /clear where the
     client has that event), in the client's own format."""
     settings = settings_in_env(dict(os.environ))  # the hook must read the same graph as the server
+    if "MEMORY_EMBEDDINGS_URL" in settings:  # never a password or key into a config file
+        settings["MEMORY_EMBEDDINGS_URL"] = url_without_credentials(settings["MEMORY_EMBEDDINGS_URL"])[0]
     prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in settings.items()) + " " if settings else ""
     run = prefix + shlex.join(command) + " --context" + ("" if client == "claude-code" else " --hook-json")
     group: dict[str, Any] = {"hooks": [{"type": "command", "command": run}]}
@@ -8945,6 +8947,9 @@ def print_config(client: str) -> int:
     """--config CLIENT: the config on stdout; where to paste it, and what to watch for, on stderr."""
     Settings.from_env()  # a bad value is refused here, not copied into the client's config
     command, env = server_command(), settings_in_env(dict(os.environ))
+    dropped = []
+    if "MEMORY_EMBEDDINGS_URL" in env:
+        env["MEMORY_EMBEDDINGS_URL"], dropped = url_without_credentials(env["MEMORY_EMBEDDINGS_URL"])
     sys.stdout.write(client_config(client, command, env))
     # each CLI's own flag, after the name: claude's -e is variadic and would take the name for a variable
     flag = "--env" if client == "codex" else "-e"
@@ -8952,6 +8957,9 @@ def print_config(client: str) -> int:
     print(f"# paste into {CLIENT_WHERE[client].format(cmd=shlex.join(command), env=flags)}", file=sys.stderr)
     if env:
         print(f"# with the settings set here: {', '.join(env)}", file=sys.stderr)
+    if dropped:
+        print(f"# MEMORY_EMBEDDINGS_URL is copied without its {' and '.join(dropped)} (a secret in a config file): "
+              "give the endpoint's key through MEMORY_EMBEDDINGS_KEY_ENV, or add it back by hand", file=sys.stderr)
     if os.environ.get("MEMORY_EMBEDDINGS_KEY", "").strip():
         print("# MEMORY_EMBEDDINGS_KEY is not copied (a secret in a config file): set MEMORY_EMBEDDINGS_KEY_ENV to "
               "the name of a variable that holds it in the client's environment", file=sys.stderr)
@@ -8960,6 +8968,24 @@ def print_config(client: str) -> int:
             f"while, and the config above would stop working then. Install for good, then ask again: "
             f"`pipx install graphmem` (from a checkout: `pipx install .`), then `graphmem --config {client}`.")
     return 0
+
+
+SECRET_QUERY_WORDS = ("key", "token", "secret", "password", "passwd", "sig", "auth")  # query names that hold one
+
+
+def url_without_credentials(url: str) -> tuple[str, list[str]]:
+    """url without user:password@ and without query parameters whose name says key, token, secret, ... (others,
+    such as Azure's api-version, stay), and what was left out."""
+    parts = urllib.parse.urlsplit(url)
+    dropped, netloc = [], parts.netloc
+    if "@" in netloc:
+        netloc, dropped = netloc.rpartition("@")[2], ["user:password@"]
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    secret = {k for k, _ in pairs if any(word in k.lower() for word in SECRET_QUERY_WORDS)}
+    if secret:
+        dropped.append("parameter " + ", ".join(sorted(secret)))
+    query = urllib.parse.urlencode([(k, v) for k, v in pairs if k not in secret]) if secret else parts.query
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query)), dropped
 
 
 # Remote (Streamable HTTP) configs: how each client names the URL and whether it expands an environment variable

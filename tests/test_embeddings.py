@@ -377,3 +377,22 @@ def test_a_broken_connection_is_named_once_in_the_note():
     with pytest.raises(ms.EmbeddingError) as caught:
         client.embed(["x"], 1.0)
     assert str(caught.value).startswith("ConnectionResetError") and "failed" not in str(caught.value)
+
+
+def test_config_never_copies_credentials_in_the_endpoint_url(tmp_path):
+    """--config (and --config --hooks) copy MEMORY_EMBEDDINGS_URL into a client's config file: without its
+    user:password@ and key-like query parameters (said on stderr); other parameters stay."""
+    url = "https://me:s3cret-pass@embed.example/v1?api-version=2024-02&api_key=k3y-value"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl"),
+           **env_for(url)}
+    for extra in ([], ["--hooks"]):
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "claude-code", *extra], capture_output=True,
+                              text=True, timeout=30, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "s3cret-pass" not in done.stdout + done.stderr and "k3y-value" not in done.stdout + done.stderr
+        assert "embed.example/v1?api-version=2024-02" in done.stdout, done.stdout
+    done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor"], capture_output=True, text=True,
+                          timeout=30, env=env)
+    assert "without its user:password@ and parameter api_key" in done.stderr
+    assert json.loads(done.stdout)["mcpServers"]["graphmem"]["env"]["MEMORY_EMBEDDINGS_URL"] == \
+        "https://embed.example/v1?api-version=2024-02"

@@ -9064,7 +9064,8 @@ def print_remote_config(client: str, url: str) -> int:
     if parts.scheme not in ("http", "https") or not parts.hostname or not _url_port_ok(parts):
         raise ConfigError(f"--http {given!r}: give the server's URL with the port it printed, e.g. "
                           "http://127.0.0.1:8000/mcp")
-    url = parts._replace(path=parts.path if parts.path not in ("", "/") else HTTP_ENDPOINT).geturl()
+    path = HTTP_ENDPOINT if parts.path in ("", "/", HTTP_ENDPOINT + "/") else parts.path  # the server answers /mcp
+    url = parts._replace(path=path).geturl()
     text = remote_client_config(client, url)
     sys.stdout.write(text)
     where = REMOTE_WHERE_EXTRA.get(client, CLIENT_WHERE[client]).format(url=url, cmd="...", env="")

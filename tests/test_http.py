@@ -616,7 +616,7 @@ def test_remote_config_takes_a_port_alone_and_refuses_port_0(tmp_path):
     """`--config CLIENT --http 8000` mirrors `graphmem --http 8000`: the server on this machine, not host "8000";
     port 0 (serve on any free port) is no address a client can use."""
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
-    for given in ("8000", ":8000", "127.0.0.1:8000"):
+    for given in ("8000", ":8000", "127.0.0.1:8000", "http://127.0.0.1:8000/mcp/"):
         done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor", "--http", given],
                               capture_output=True, env=env, timeout=30)
         assert done.returncode == 0, done.stderr

@@ -7028,6 +7028,26 @@ def make_http_handler(mcp: HttpMcp) -> type:
     return Handler
 
 
+def check_allowed(origins: Iterable[str], hosts: Iterable[str]) -> None:
+    """ConfigError for an --allow-origin that is not scheme://host[:port] or an --allow-host that is not a bare
+    name: either would never match what a browser or proxy sends, and the refusal would point back at the flag."""
+    from urllib.parse import urlsplit
+    for origin in origins:
+        try:
+            parts = urlsplit(origin.rstrip("/"))
+            ok = parts.scheme in ("http", "https") and parts.hostname and not parts.path and not parts.query \
+                and parts.port != 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"--allow-origin {origin!r}: give an origin as a browser sends it, "
+                              "scheme://host[:port], e.g. https://app.example")
+    for name in hosts:
+        if not re.fullmatch(r"[A-Za-z0-9.-]+", name):
+            raise ConfigError(f"--allow-host {name!r}: give the host name alone, e.g. mem.example "
+                              "(no scheme, port or path)")
+
+
 def parse_bind(value: str) -> tuple[str, int]:
     """('127.0.0.1', 8000) from 'PORT', 'HOST:PORT' or '[::1]:PORT'; ConfigError for anything else."""
     host, port = split_host_port(value if ":" in value or not value.isdigit() else f"127.0.0.1:{value}")
@@ -7053,9 +7073,10 @@ def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_
     import socketserver
     from http.server import ThreadingHTTPServer
     host, port = parse_bind(bind)
+    check_allowed(allowed_origins, allowed_hosts)
     env = dict(os.environ)
     token, generated = http_token(env)
-    mcp = HttpMcp(settings, env, token, host, allowed_origins, allowed_hosts)
+    mcp = HttpMcp(settings, env, token, host, [o.lower() for o in allowed_origins], allowed_hosts)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("GraphmemHttpServer", (ThreadingHTTPServer,), {
         "address_family": family, "daemon_threads": True, "block_on_close": False,

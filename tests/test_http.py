@@ -734,3 +734,27 @@ def test_an_option_without_the_one_it_belongs_to_is_refused_not_a_silent_stdio_s
     done = subprocess.run([sys.executable, str(SERVER), "--compact", "--dry-run", "--all"], capture_output=True,
                           text=True, timeout=30, env=env)
     assert done.returncode == 0 and "dry run" in done.stdout, done.stderr
+
+
+def test_allow_origin_and_allow_host_values_that_could_never_match_are_refused(tmp_path):
+    """`--allow-origin app.example` (no scheme) or `--allow-host mem.example:443` were accepted and then never
+    matched: the browser or proxy got a 403 that pointed back at the very flag."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "MEMORY_HTTP_TOKEN": TOKEN,
+           "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    for flag, value in (("--allow-origin", "app.example"), ("--allow-origin", "https://app.example/page"),
+                        ("--allow-host", "http://mem.example"), ("--allow-host", "mem.example:443")):
+        done = subprocess.run([sys.executable, str(SERVER), "--http", "0", flag, value], capture_output=True,
+                              text=True, timeout=30, env=env)
+        assert done.returncode == 2 and f"{flag} {value!r}: give" in done.stderr, done.stderr
+
+
+def test_an_allowed_origin_matches_whatever_its_case_and_trailing_slash(tmp_path):
+    s = HttpServer(tmp_path, "--allow-origin", "https://App.example/")
+    try:
+        sid, _ = s.initialize()
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        session = {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+        assert s.post(ping, {**session, "Origin": "https://app.example"})[0] == 200
+        assert s.post(ping, {**session, "Origin": "https://other.example"})[0] == 403
+    finally:
+        s.stop()

@@ -6750,7 +6750,11 @@ class HttpMcp:
     def exchange(self, body: Any, headers: Any) -> tuple[int, Any, dict[str, str]]:
         """Handle one parsed POST body with the lock held. Raises HttpError for refusals."""
         with self.calls:
-            memory = self.memory_for(headers.get(HTTP_PROJECT_HEADER))
+            try:
+                memory = self.memory_for(headers.get(HTTP_PROJECT_HEADER))
+            except HttpError as err:  # as JSON-RPC, with the id, so a client shows the reason, not just "400"
+                rid = body.get("id") if isinstance(body, dict) and _valid_id(body.get("id")) else None
+                raise HttpError(err.status, err.message, err.code or INVALID_REQUEST, err.headers, rid) from None
             if is_modern_message(body) or (headers.get(HTTP_VERSION_HEADER) in MODERN_VERSIONS and isinstance(
                     body, dict) and body.get("method") != "initialize"):
                 return self.modern_exchange(body, headers, memory)

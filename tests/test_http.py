@@ -546,8 +546,10 @@ def test_the_project_header_picks_the_project_graph_and_a_bad_path_gets_400(tmp_
         text, _ = s.call(sid, "search_nodes", {"query": "lives in the project"})  # no header: the server's own
         assert "Proj_Fact" not in text
         for bad, words in ((str(tmp_path / "missing"), "no folder"), ("relative/path", "absolute path")):
-            status, _, text = s.post(body, {"Mcp-Session-Id": sid, "X-Graphmem-Project": bad})
-            assert status == 400 and words in text and "X-Graphmem-Project" in text, text
+            status, _, reply = s.post(body, {"Mcp-Session-Id": sid, "X-Graphmem-Project": bad})
+            assert status == 400 and reply["id"] == body["id"], reply  # JSON-RPC, so a client shows the reason
+            text = reply["error"]["message"]
+            assert words in text and "X-Graphmem-Project" in text, text
     finally:
         s.stop()
 

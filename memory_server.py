@@ -9398,6 +9398,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:  # Ctrl-C in a terminal: a quiet stop, not a traceback
         return 130
+    except BrokenPipeError:  # `graphmem --lint | head`: the reader left; stop quietly (the Python docs' recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

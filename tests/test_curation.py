@@ -370,3 +370,19 @@ def test_item7_a_refused_call_never_says_it_archived_something(tmp_path):
         assert facts_on_disk(server) == dated
     finally:
         server.close()
+
+
+def test_output_piped_into_a_reader_that_left_is_no_traceback(tmp_path):
+    """`graphmem --lint | head -1` (or `--compact --dry-run --all | head`): the reader closes the pipe early;
+    graphmem stops quietly with 141 (128 + SIGPIPE) instead of a BrokenPipeError traceback."""
+    path = tmp_path / "memory.jsonl"
+    path.write_text(json.dumps({"type": "entity", "name": "a", "entityType": "t", "observations": ["x"]}) + "\n")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run([sys.executable, str(SERVER), "--lint"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=60, env={**os.environ, "MEMORY_FILE_PATH": str(path),
+                                                         "HOME": str(tmp_path)})
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

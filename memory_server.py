@@ -9041,7 +9041,8 @@ def remote_shapes(url: str) -> dict[str, Any]:
         "claude-code": {"mcpServers": {"graphmem": {"type": "http", "url": url,
                                                     "headers": header("Bearer ${MEMORY_HTTP_TOKEN}")}}},
         "claude-desktop": {"mcpServers": {"graphmem": {
-            "command": "npx", "args": ["-y", "mcp-remote", url, *insecure, "--header", "Authorization:${GRAPHMEM_AUTH}"],
+            "command": "npx",
+            "args": ["-y", "mcp-remote", url, *insecure, "--header", "Authorization:${GRAPHMEM_AUTH}"],
             "env": {"GRAPHMEM_AUTH": bearer}}}},
         "cursor": {"mcpServers": {"graphmem": {"url": url, "headers": header("Bearer ${env:MEMORY_HTTP_TOKEN}")}}},
         "vscode": {"servers": {"graphmem": {"type": "http", "url": url,

@@ -2303,7 +2303,13 @@ class EmbeddingClient:
         parts = urllib.parse.urlsplit(settings.embeddings_url)
         path = parts.path.rstrip("/")
         path = path if path.endswith("/embeddings") else path + "/embeddings"
-        self.url = urllib.parse.urlunsplit(parts._replace(path=path))
+        # urllib would take user:password@ for part of the host name ("Name or service not known"): send it as
+        # Basic auth instead, as curl does, and keep it out of the URL
+        netloc = parts.netloc.rpartition("@")[2]
+        self.url = urllib.parse.urlunsplit(parts._replace(path=path, netloc=netloc))
+        userinfo = parts.netloc.rpartition("@")[0]
+        import base64
+        self._basic = base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode() if userinfo else ""
         self.label = _url_label(self.url)
         self.model = settings.embeddings_model
         self._key = settings.embeddings_key
@@ -2339,6 +2345,8 @@ class EmbeddingClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(self.url, body, headers, method="POST")
         self.calls += 1
         try:
@@ -2354,7 +2362,7 @@ class EmbeddingClient:
                 raise EmbeddingError(f"no answer within {timeout:g} s", slow=True) from None
             raise EmbeddingError(f"unreachable ({reason})") from None
         except Exception as err:  # the network boundary: a broken answer is a failed call, never a crash
-            raise EmbeddingError(f"failed ({type(err).__name__}: {err})") from None
+            raise EmbeddingError(f"{type(err).__name__}: {err}") from None
 
     def _parse(self, raw: bytes, count: int) -> list[array.array]:
         try:
@@ -4922,7 +4930,12 @@ def _render_delete_observations(r: WriteResult) -> str:
 
 
 def _render_delete_relations(r: WriteResult) -> str:
-    return f"Deleted {len(r.of('removed'))} of {r.counts['asked']} relation(s)."
+    out = f"Deleted {len(r.of('removed'))} of {r.counts['asked']} relation(s)."
+    missing = r.of("skipped")
+    if missing:  # which ones, so a typo in a name or relation type shows (first 5)
+        out += " Not found: " + "; ".join(short(o.text, 120) for o in missing[:5]) + \
+               (f" and {len(missing) - 5} more" if len(missing) > 5 else "") + "."
+    return out
 
 
 def _render_rename(r: WriteResult) -> str:
@@ -6726,6 +6739,9 @@ class HttpMcp:
 
     def end_session(self, sid: str | None) -> None:
         """DELETE /mcp: forget a session (404 when unknown)."""
+        if not sid:
+            raise HttpError(400, "Bad Request: DELETE ends a session; name it in the Mcp-Session-Id header "
+                                 "(stateless 2026-07-28 requests have none to end)")
         with self.calls:
             self.session(sid)
             del self._sessions[sid]
@@ -6734,7 +6750,11 @@ class HttpMcp:
     def exchange(self, body: Any, headers: Any) -> tuple[int, Any, dict[str, str]]:
         """Handle one parsed POST body with the lock held. Raises HttpError for refusals."""
         with self.calls:
-            memory = self.memory_for(headers.get(HTTP_PROJECT_HEADER))
+            try:
+                memory = self.memory_for(headers.get(HTTP_PROJECT_HEADER))
+            except HttpError as err:  # as JSON-RPC, with the id, so a client shows the reason, not just "400"
+                rid = body.get("id") if isinstance(body, dict) and _valid_id(body.get("id")) else None
+                raise HttpError(err.status, err.message, err.code or INVALID_REQUEST, err.headers, rid) from None
             if is_modern_message(body) or (headers.get(HTTP_VERSION_HEADER) in MODERN_VERSIONS and isinstance(
                     body, dict) and body.get("method") != "initialize"):
                 return self.modern_exchange(body, headers, memory)
@@ -7012,6 +7032,26 @@ def make_http_handler(mcp: HttpMcp) -> type:
     return Handler
 
 
+def check_allowed(origins: Iterable[str], hosts: Iterable[str]) -> None:
+    """ConfigError for an --allow-origin that is not scheme://host[:port] or an --allow-host that is not a bare
+    name: either would never match what a browser or proxy sends, and the refusal would point back at the flag."""
+    from urllib.parse import urlsplit
+    for origin in origins:
+        try:
+            parts = urlsplit(origin.rstrip("/"))
+            ok = parts.scheme in ("http", "https") and parts.hostname and not parts.path and not parts.query \
+                and parts.port != 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"--allow-origin {origin!r}: give an origin as a browser sends it, "
+                              "scheme://host[:port], e.g. https://app.example")
+    for name in hosts:
+        if not re.fullmatch(r"[A-Za-z0-9.-]+", name):
+            raise ConfigError(f"--allow-host {name!r}: give the host name alone, e.g. mem.example "
+                              "(no scheme, port or path)")
+
+
 def parse_bind(value: str) -> tuple[str, int]:
     """('127.0.0.1', 8000) from 'PORT', 'HOST:PORT' or '[::1]:PORT'; ConfigError for anything else."""
     host, port = split_host_port(value if ":" in value or not value.isdigit() else f"127.0.0.1:{value}")
@@ -7037,9 +7077,10 @@ def serve_http(settings: Settings, bind: str, tls_cert: Path | None = None, tls_
     import socketserver
     from http.server import ThreadingHTTPServer
     host, port = parse_bind(bind)
+    check_allowed(allowed_origins, allowed_hosts)
     env = dict(os.environ)
     token, generated = http_token(env)
-    mcp = HttpMcp(settings, env, token, host, allowed_origins, allowed_hosts)
+    mcp = HttpMcp(settings, env, token, host, [o.lower() for o in allowed_origins], allowed_hosts)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("GraphmemHttpServer", (ThreadingHTTPServer,), {
         "address_family": family, "daemon_threads": True, "block_on_close": False,
@@ -7296,6 +7337,14 @@ def ui_refusal(op: str, message: str) -> dict[str, Any]:
     return ui_reply(WriteResult.refusal(op, message, "invalid_arguments"), True)
 
 
+def ui_whole_number(query: dict[str, str], name: str, default: int) -> int:
+    """A whole-number query parameter; anything else is a ValueError the API answers as a 400 that names it."""
+    text = query.get(name, "") or str(default)
+    if not text.lstrip("-").isdigit():
+        raise ValueError(f"{name} must be a whole number, got {text[:40]!r}")
+    return int(text)
+
+
 def _tool(name: str, build: Callable[..., dict[str, Any]]) -> Callable[..., tuple[Answer, bool]]:
     """A UI op through an agent tool: the same handler, checks and lock; its answer as data."""
     return lambda memory, *args: memory.answer_tool(name, build(*args))
@@ -7412,7 +7461,7 @@ UI_READS: dict[str, Callable[[UiApi, UiApi, dict[str, str]], Any]] = {  # (api, 
     "/api/archived": lambda api, view, q: view.archived(q.get("name", "")),
     "/api/search": lambda api, view, q: view.search(q.get("q", "")),
     "/api/overview": lambda api, view, q: view.overview(),
-    "/api/history": lambda api, view, q: view.history(int(q.get("limit", "20") or 20)),
+    "/api/history": lambda api, view, q: view.history(ui_whole_number(q, "limit", 20)),
 }
 
 
@@ -7616,7 +7665,9 @@ def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> i
         return 1
     auth = UiAuth(secrets.token_urlsafe(24))
     server = None
-    for candidate in ([port] if port == 0 else range(port, port + 20)):
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--ui {port}: give a port from 1 to 65535, or 0 for any free port")
+    for candidate in ([port] if port == 0 else range(port, min(port + 20, 65536))):
         try:
             server = ThreadingHTTPServer(("127.0.0.1", candidate), make_ui_handler(api, auth, page_path.read_bytes))
             break
@@ -8764,12 +8815,12 @@ def report(memory: Memory) -> str:
 CLIENTS = ("claude-code", "claude-desktop", "codex", "cursor", "vscode", "gemini", "windsurf", "cline", "zed",
            "opencode", "copilot-cli")
 CLIENT_WHERE = {
-    "claude-code": "project .mcp.json (or: claude mcp add -s user graphmem -- {cmd})",
+    "claude-code": "project .mcp.json (or: claude mcp add -s user graphmem{env} -- {cmd})",
     "claude-desktop": "claude_desktop_config.json (Settings > Developer > Edit Config), then restart",
-    "codex": "~/.codex/config.toml (or: codex mcp add graphmem -- {cmd})",
+    "codex": "~/.codex/config.toml (or: codex mcp add graphmem{env} -- {cmd})",
     "cursor": "~/.cursor/mcp.json or .cursor/mcp.json",
     "vscode": ".vscode/mcp.json (or the user mcp.json: 'MCP: Open User Configuration')",
-    "gemini": "~/.gemini/settings.json (or: gemini mcp add -s user graphmem {cmd})",
+    "gemini": "~/.gemini/settings.json (or: gemini mcp add -s user graphmem {cmd}{env})",
     "windsurf": "~/.codeium/windsurf/mcp_config.json",
     "cline": "cline_mcp_settings.json (MCP Servers > Configure)",
     "zed": "~/.config/zed/settings.json",
@@ -8891,6 +8942,8 @@ def hooks_config(client: str, command: list[str]) -> str:
     """The hook entries that run `--context` at session start (and after a compaction or /clear where the
     client has that event), in the client's own format."""
     settings = settings_in_env(dict(os.environ))  # the hook must read the same graph as the server
+    if "MEMORY_EMBEDDINGS_URL" in settings:  # never a password or key into a config file
+        settings["MEMORY_EMBEDDINGS_URL"] = url_without_credentials(settings["MEMORY_EMBEDDINGS_URL"])[0]
     prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in settings.items()) + " " if settings else ""
     run = prefix + shlex.join(command) + " --context" + ("" if client == "claude-code" else " --hook-json")
     group: dict[str, Any] = {"hooks": [{"type": "command", "command": run}]}
@@ -8919,10 +8972,19 @@ def print_config(client: str) -> int:
     """--config CLIENT: the config on stdout; where to paste it, and what to watch for, on stderr."""
     Settings.from_env()  # a bad value is refused here, not copied into the client's config
     command, env = server_command(), settings_in_env(dict(os.environ))
+    dropped = []
+    if "MEMORY_EMBEDDINGS_URL" in env:
+        env["MEMORY_EMBEDDINGS_URL"], dropped = url_without_credentials(env["MEMORY_EMBEDDINGS_URL"])
     sys.stdout.write(client_config(client, command, env))
-    print(f"# paste into {CLIENT_WHERE[client].format(cmd=' '.join(command))}", file=sys.stderr)
+    # each CLI's own flag, after the name: claude's -e is variadic and would take the name for a variable
+    flag = "--env" if client == "codex" else "-e"
+    flags = "".join(f" {flag} {shlex.quote(f'{k}={v}')}" for k, v in env.items())
+    print(f"# paste into {CLIENT_WHERE[client].format(cmd=shlex.join(command), env=flags)}", file=sys.stderr)
     if env:
         print(f"# with the settings set here: {', '.join(env)}", file=sys.stderr)
+    if dropped:
+        print(f"# MEMORY_EMBEDDINGS_URL is copied without its {' and '.join(dropped)} (a secret in a config file): "
+              "give the endpoint's key through MEMORY_EMBEDDINGS_KEY_ENV, or add it back by hand", file=sys.stderr)
     if os.environ.get("MEMORY_EMBEDDINGS_KEY", "").strip():
         print("# MEMORY_EMBEDDINGS_KEY is not copied (a secret in a config file): set MEMORY_EMBEDDINGS_KEY_ENV to "
               "the name of a variable that holds it in the client's environment", file=sys.stderr)
@@ -8931,6 +8993,24 @@ def print_config(client: str) -> int:
             f"while, and the config above would stop working then. Install for good, then ask again: "
             f"`pipx install graphmem` (from a checkout: `pipx install .`), then `graphmem --config {client}`.")
     return 0
+
+
+SECRET_QUERY_WORDS = ("key", "token", "secret", "password", "passwd", "sig", "auth")  # query names that hold one
+
+
+def url_without_credentials(url: str) -> tuple[str, list[str]]:
+    """url without user:password@ and without query parameters whose name says key, token, secret, ... (others,
+    such as Azure's api-version, stay), and what was left out."""
+    parts = urllib.parse.urlsplit(url)
+    dropped, netloc = [], parts.netloc
+    if "@" in netloc:
+        netloc, dropped = netloc.rpartition("@")[2], ["user:password@"]
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    secret = {k for k, _ in pairs if any(word in k.lower() for word in SECRET_QUERY_WORDS)}
+    if secret:
+        dropped.append("parameter " + ", ".join(sorted(secret)))
+    query = urllib.parse.urlencode([(k, v) for k, v in pairs if k not in secret]) if secret else parts.query
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query)), dropped
 
 
 # Remote (Streamable HTTP) configs: how each client names the URL and whether it expands an environment variable
@@ -8953,13 +9033,16 @@ def remote_shapes(url: str) -> dict[str, Any]:
     """Each client's remote config for a graphmem --http server at url (the header reads MEMORY_HTTP_TOKEN
     where the client can expand variables)."""
     bearer = "Bearer " + REMOTE_TOKEN_PLACEHOLDER
+    parts = urllib.parse.urlsplit(url)  # mcp-remote refuses plain http beyond localhost unless told --allow-http
+    insecure = ["--allow-http"] if parts.scheme == "http" and parts.hostname not in LOOPBACK_NAMES else []
     def header(value: str) -> dict[str, str]:
         return {"Authorization": value}
     return {
         "claude-code": {"mcpServers": {"graphmem": {"type": "http", "url": url,
                                                     "headers": header("Bearer ${MEMORY_HTTP_TOKEN}")}}},
         "claude-desktop": {"mcpServers": {"graphmem": {
-            "command": "npx", "args": ["-y", "mcp-remote", url, "--header", "Authorization:${GRAPHMEM_AUTH}"],
+            "command": "npx",
+            "args": ["-y", "mcp-remote", url, *insecure, "--header", "Authorization:${GRAPHMEM_AUTH}"],
             "env": {"GRAPHMEM_AUTH": bearer}}}},
         "cursor": {"mcpServers": {"graphmem": {"url": url, "headers": header("Bearer ${env:MEMORY_HTTP_TOKEN}")}}},
         "vscode": {"servers": {"graphmem": {"type": "http", "url": url,
@@ -8988,17 +9071,30 @@ def remote_client_config(client: str, url: str) -> str:
     return json.dumps(remote_shapes(url)[client], indent=2) + "\n"
 
 
+def _url_port_ok(parts: Any) -> bool:
+    """A URL's port is absent or 1-65535 (0 serves "any free port"; a client needs the one the server printed)."""
+    try:
+        return parts.port is None or parts.port > 0
+    except ValueError:
+        return False
+
+
 def print_remote_config(client: str, url: str) -> int:
     """--config CLIENT --http URL: the remote config on stdout; where it goes and where the token comes from on
     stderr."""
     from urllib.parse import urlsplit
+    given = url
+    if url.lstrip(":").isdigit():  # a port alone, as `graphmem --http 8000` serves it: that server on this machine
+        url = f"127.0.0.1:{url.lstrip(':')}"
     parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--http {url!r}: give the server's URL, e.g. http://127.0.0.1:8000/mcp")
-    url = parts._replace(path=parts.path if parts.path not in ("", "/") else HTTP_ENDPOINT).geturl()
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _url_port_ok(parts):
+        raise ConfigError(f"--http {given!r}: give the server's URL with the port it printed, e.g. "
+                          "http://127.0.0.1:8000/mcp")
+    path = HTTP_ENDPOINT if parts.path in ("", "/", HTTP_ENDPOINT + "/") else parts.path  # the server answers /mcp
+    url = parts._replace(path=path).geturl()
     text = remote_client_config(client, url)
     sys.stdout.write(text)
-    where = REMOTE_WHERE_EXTRA.get(client, CLIENT_WHERE[client]).format(url=url, cmd="...")
+    where = REMOTE_WHERE_EXTRA.get(client, CLIENT_WHERE[client]).format(url=url, cmd="...", env="")
     print(f"# paste into {where}", file=sys.stderr)
     if REMOTE_TOKEN_PLACEHOLDER in text:
         print(f"# {client} does not expand environment variables there: replace {REMOTE_TOKEN_PLACEHOLDER} with the "
@@ -9223,9 +9319,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Options that only mean something beside another: alone, graphmem would quietly start the stdio server and wait
+# for JSON-RPC on a terminal (`graphmem --dry-run` looked like a hang).
+COMPANION_FLAGS = (("tls_cert", "--tls-cert", "http"), ("tls_key", "--tls-key", "http"),
+                   ("allow_origin", "--allow-origin", "http"), ("allow_host", "--allow-host", "http"),
+                   ("no_open", "--no-open", "ui"), ("demo", "--demo", "ui"),
+                   ("dry_run", "--dry-run", "compact"), ("all", "--all", "compact"))
+
+
+def refuse_orphan_flags(args: argparse.Namespace) -> None:
+    """ConfigError for an option given without the one it belongs to (COMPANION_FLAGS)."""
+    for dest, flag, parent in COMPANION_FLAGS:
+        value, owner = getattr(args, dest, None), getattr(args, parent, None)
+        if value not in (None, False, []) and (owner is None or owner is False):  # --ui 0 is given
+            example = {"http": " 8000", "ui": ""}.get(parent, "")
+            raise ConfigError(f"{flag} goes with --{parent}, e.g. graphmem --{parent}{example} {flag}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        refuse_orphan_flags(args)
         if args.protocol:
             sys.stdout.write(protocol_text())
             return 0
@@ -9233,6 +9347,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {write_skill(args.skill)}")
             return 0
         if args.config:
+            if args.http and args.hooks:
+                raise ConfigError("--hooks goes without --http: a session-start hook runs graphmem --context on the "
+                                  "client's machine, which reads the memory there, not a remote server's")
             if args.http:
                 return print_remote_config(args.config, args.http)
             return print_hooks(args.config) if args.hooks else print_config(args.config)
@@ -9282,6 +9399,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:  # Ctrl-C in a terminal: a quiet stop, not a traceback
         return 130
+    except BrokenPipeError:  # `graphmem --lint | head`: the reader left; stop quietly (the Python docs' recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

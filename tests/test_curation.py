@@ -346,7 +346,7 @@ def test_item7_the_text_agents_read_is_rendered_from_data_unchanged(api):
                                                          "observations": ["runs nightly"]}]})
     assert text == "Created 1: build; deploy", text
     text, is_error = api.call("delete_relations", {"relations": [{"from": "Api", "to": "x", "relationType": "y"}]})
-    assert (text, is_error) == ("Deleted 0 of 1 relation(s).", False)
+    assert (text, is_error) == ("Deleted 0 of 1 relation(s). Not found: Api -y-> x.", False)
     text, is_error = api.call("add_observations", {"observations": [{"entityName": "Api", "contents": ["x" * 301]}]})
     assert is_error and text.startswith("Nothing added. Api: +0, now 4; refused "), text
 
@@ -370,3 +370,19 @@ def test_item7_a_refused_call_never_says_it_archived_something(tmp_path):
         assert facts_on_disk(server) == dated
     finally:
         server.close()
+
+
+def test_output_piped_into_a_reader_that_left_is_no_traceback(tmp_path):
+    """`graphmem --lint | head -1` (or `--compact --dry-run --all | head`): the reader closes the pipe early;
+    graphmem stops quietly with 141 (128 + SIGPIPE) instead of a BrokenPipeError traceback."""
+    path = tmp_path / "memory.jsonl"
+    path.write_text(json.dumps({"type": "entity", "name": "a", "entityType": "t", "observations": ["x"]}) + "\n")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run([sys.executable, str(SERVER), "--lint"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=60, env={**os.environ, "MEMORY_FILE_PATH": str(path),
+                                                         "HOME": str(tmp_path)})
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

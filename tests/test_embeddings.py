@@ -346,3 +346,53 @@ def test_an_endpoint_too_slow_for_a_batch_gets_smaller_batches_not_a_back_off(tm
         assert "zorblat sync" in text and "Note:" not in text
     finally:
         fake.close()
+
+
+def test_user_and_password_in_the_url_go_as_basic_auth_never_into_the_host_name(tmp_path, endpoint):
+    """urllib takes user:password@ in a URL for part of the host name (the endpoint then looked unreachable):
+    they are sent as Basic auth, as curl does, and shown nowhere."""
+    path = tmp_path / "memory.jsonl"
+    write_graph(path, TEAM)
+    url = endpoint.url.replace("http://", "http://me%40corp:s3cret-pass@")
+    lint = subprocess.run([sys.executable, str(SERVER), "--lint"], capture_output=True, text=True, timeout=30,
+                          env={**env_for(url), "PATH": "/usr/bin:/bin", "MEMORY_FILE_PATH": str(path)})
+    assert "embeddings:" in lint.stdout and "answers (" in lint.stdout, lint.stdout + lint.stderr
+    assert "s3cret-pass" not in lint.stdout + lint.stderr
+    import base64
+    assert endpoint.requests[0]["auth"] == "Basic " + base64.b64encode(b"me@corp:s3cret-pass").decode()
+
+
+def test_a_broken_connection_is_named_once_in_the_note():
+    """An unexpected failure (a reset connection, a broken answer) reads "failed (ConnectionResetError: ...)",
+    not "failed (failed (...))"."""
+    settings = ms.Settings.from_env({"MEMORY_FILE_PATH": "/tmp/unused-graphmem.jsonl",
+                                     "MEMORY_EMBEDDINGS_URL": "http://127.0.0.1:9/v1",
+                                     "MEMORY_EMBEDDINGS_MODEL": "m"})
+    client = ms.EmbeddingClient(settings)
+
+    class Resetting:
+        def open(self, *args, **kwargs):
+            raise ConnectionResetError(104, "Connection reset by peer")
+    client._opener = Resetting()
+    with pytest.raises(ms.EmbeddingError) as caught:
+        client.embed(["x"], 1.0)
+    assert str(caught.value).startswith("ConnectionResetError") and "failed" not in str(caught.value)
+
+
+def test_config_never_copies_credentials_in_the_endpoint_url(tmp_path):
+    """--config (and --config --hooks) copy MEMORY_EMBEDDINGS_URL into a client's config file: without its
+    user:password@ and key-like query parameters (said on stderr); other parameters stay."""
+    url = "https://me:s3cret-pass@embed.example/v1?api-version=2024-02&api_key=k3y-value"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl"),
+           **env_for(url)}
+    for extra in ([], ["--hooks"]):
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "claude-code", *extra], capture_output=True,
+                              text=True, timeout=30, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "s3cret-pass" not in done.stdout + done.stderr and "k3y-value" not in done.stdout + done.stderr
+        assert "embed.example/v1?api-version=2024-02" in done.stdout, done.stdout
+    done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor"], capture_output=True, text=True,
+                          timeout=30, env=env)
+    assert "without its user:password@ and parameter api_key" in done.stderr
+    assert json.loads(done.stdout)["mcpServers"]["graphmem"]["env"]["MEMORY_EMBEDDINGS_URL"] == \
+        "https://embed.example/v1?api-version=2024-02"

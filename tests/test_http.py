@@ -4,6 +4,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -328,7 +329,8 @@ def test_delete_ends_a_session(srv):
     assert srv.send("", "DELETE", {"Mcp-Session-Id": sid})[0] == 204
     assert srv.legacy(sid, "tools/list")[0] == 404
     assert srv.send("", "DELETE", {"Mcp-Session-Id": sid})[0] == 404
-    assert srv.send("", "DELETE")[0] == 400
+    status, _, reply = srv.send("", "DELETE")
+    assert status == 400 and "DELETE ends a session" in json.dumps(reply), reply  # not "send initialize first"
 
 
 def test_an_older_legacy_version_is_negotiated_per_session(srv):
@@ -544,8 +546,10 @@ def test_the_project_header_picks_the_project_graph_and_a_bad_path_gets_400(tmp_
         text, _ = s.call(sid, "search_nodes", {"query": "lives in the project"})  # no header: the server's own
         assert "Proj_Fact" not in text
         for bad, words in ((str(tmp_path / "missing"), "no folder"), ("relative/path", "absolute path")):
-            status, _, text = s.post(body, {"Mcp-Session-Id": sid, "X-Graphmem-Project": bad})
-            assert status == 400 and words in text and "X-Graphmem-Project" in text, text
+            status, _, reply = s.post(body, {"Mcp-Session-Id": sid, "X-Graphmem-Project": bad})
+            assert status == 400 and reply["id"] == body["id"], reply  # JSON-RPC, so a client shows the reason
+            text = reply["error"]["message"]
+            assert words in text and "X-Graphmem-Project" in text, text
     finally:
         s.stop()
 
@@ -610,6 +614,64 @@ def test_remote_configs_name_the_url_and_never_paste_the_token(tmp_path):
     assert done.returncode == 2 and b"URL" in done.stderr
 
 
+def test_remote_config_takes_a_port_alone_and_refuses_port_0(tmp_path):
+    """`--config CLIENT --http 8000` mirrors `graphmem --http 8000`: the server on this machine, not host "8000";
+    port 0 (serve on any free port) is no address a client can use."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    for given in ("8000", ":8000", "127.0.0.1:8000", "http://127.0.0.1:8000/mcp/"):
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor", "--http", given],
+                              capture_output=True, env=env, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["mcpServers"]["graphmem"]["url"] == "http://127.0.0.1:8000/mcp", given
+        assert b"in clear" not in done.stderr
+    for given in ("0", "127.0.0.1:0", "http://h:99999/mcp"):
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "cursor", "--http", given],
+                              capture_output=True, env=env, timeout=30)
+        assert done.returncode == 2 and b"the port it printed" in done.stderr and not done.stdout, given
+
+
+def test_hooks_with_a_remote_url_are_refused_not_ignored(tmp_path):
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(SERVER), "--config", "codex", "--hooks", "--http", "8000"],
+                          capture_output=True, env=env, timeout=30)
+    assert done.returncode == 2 and b"--hooks goes without --http" in done.stderr and not done.stdout
+
+
+def test_the_cli_alternative_of_a_stdio_config_carries_its_settings(tmp_path):
+    """`# paste into ... (or: claude mcp add ...)` must start the same server the JSON does: with the settings
+    set here (quoted), after the server's name (claude's -e is variadic and would take the name)."""
+    graph = tmp_path / "my memory" / "memory.jsonl"
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(graph),
+           "MEMORY_OBS_MAX": "9"}
+    def hint(client: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(SERVER), "--config", client], capture_output=True, env=env,
+                              text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        line = done.stderr.splitlines()[0]
+        return shlex.split(line[line.index("(or: ") + 5:line.rindex(")")])
+    words = hint("claude-code")
+    assert words[:5] == ["claude", "mcp", "add", "-s", "user"] and words[5] == "graphmem"
+    assert words[6:11] == ["-e", f"MEMORY_FILE_PATH={graph}", "-e", "MEMORY_OBS_MAX=9", "--"]
+    words = hint("codex")
+    assert words[3] == "graphmem" and words[4:9] == ["--env", f"MEMORY_FILE_PATH={graph}", "--env",
+                                                     "MEMORY_OBS_MAX=9", "--"]
+    words = hint("gemini")
+    assert words[5] == "graphmem" and words[-4:] == ["-e", f"MEMORY_FILE_PATH={graph}", "-e", "MEMORY_OBS_MAX=9"]
+
+
+def test_claude_desktop_bridge_allows_plain_http_only_beyond_loopback(tmp_path):
+    """mcp-remote refuses a plain http URL that is not localhost unless given --allow-http; loopback and https
+    need no flag."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    def args(url: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(SERVER), "--config", "claude-desktop", "--http", url],
+                              capture_output=True, env=env, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["mcpServers"]["graphmem"]["args"]
+    assert args("http://10.1.2.3:8000")[:4] == ["-y", "mcp-remote", "http://10.1.2.3:8000/mcp", "--allow-http"]
+    assert "--allow-http" not in args("http://127.0.0.1:8000") and "--allow-http" not in args("https://mem.example")
+
+
 # ── the official Python SDK's Streamable HTTP client ──
 def sdk_python() -> str | None:
     """A Python with the `mcp` package: this one, after installing it into the test venv when we are in one."""
@@ -658,3 +720,43 @@ def test_project_graphs_kept_loaded_are_bounded_and_the_servers_own_stays(tmp_pa
     assert mcp.memory_for(None) is own
     assert mcp.memory_for(folders[3]) is mcp.memory_for(folders[3])  # kept: the same Memory
     assert mcp.memory_for(folders[0]) is not first  # dropped, then loaded again
+
+
+def test_an_option_without_the_one_it_belongs_to_is_refused_not_a_silent_stdio_server(tmp_path):
+    """`graphmem --dry-run` or `graphmem --tls-cert x` once started the stdio server and sat waiting for JSON-RPC
+    on the terminal."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    for argv, words in ((["--tls-cert", "c.pem"], "--tls-cert goes with --http"),
+                        (["--allow-origin", "https://a.example"], "--allow-origin goes with --http"),
+                        (["--no-open"], "--no-open goes with --ui"), (["--demo"], "--demo goes with --ui"),
+                        (["--dry-run"], "--dry-run goes with --compact"), (["--all"], "--all goes with --compact")):
+        done = subprocess.run([sys.executable, str(SERVER), *argv], capture_output=True, text=True, timeout=30,
+                              env=env, stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and words in done.stderr and not done.stdout, (argv, done.stderr)
+    done = subprocess.run([sys.executable, str(SERVER), "--compact", "--dry-run", "--all"], capture_output=True,
+                          text=True, timeout=30, env=env)
+    assert done.returncode == 0 and "dry run" in done.stdout, done.stderr
+
+
+def test_allow_origin_and_allow_host_values_that_could_never_match_are_refused(tmp_path):
+    """`--allow-origin app.example` (no scheme) or `--allow-host mem.example:443` were accepted and then never
+    matched: the browser or proxy got a 403 that pointed back at the very flag."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "MEMORY_HTTP_TOKEN": TOKEN,
+           "MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    for flag, value in (("--allow-origin", "app.example"), ("--allow-origin", "https://app.example/page"),
+                        ("--allow-host", "http://mem.example"), ("--allow-host", "mem.example:443")):
+        done = subprocess.run([sys.executable, str(SERVER), "--http", "0", flag, value], capture_output=True,
+                              text=True, timeout=30, env=env)
+        assert done.returncode == 2 and f"{flag} {value!r}: give" in done.stderr, done.stderr
+
+
+def test_an_allowed_origin_matches_whatever_its_case_and_trailing_slash(tmp_path):
+    s = HttpServer(tmp_path, "--allow-origin", "https://App.example/")
+    try:
+        sid, _ = s.initialize()
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        session = {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+        assert s.post(ping, {**session, "Origin": "https://app.example"})[0] == 200
+        assert s.post(ping, {**session, "Origin": "https://other.example"})[0] == 403
+    finally:
+        s.stop()

@@ -823,3 +823,19 @@ def test_every_reason_code_reaches_the_json():
     }
     for kind, codes in expected.items():
         assert codes <= seen.get(kind, set()), (kind, codes - seen.get(kind, set()), seen)
+
+
+def test_a_bad_history_limit_is_a_400_that_names_it(srv):
+    """`limit=abc` once answered Python's own words ("invalid literal for int() with base 10")."""
+    status, _, raw = srv.request("GET", "/api/history?limit=abc")
+    assert status == 400 and json.loads(raw) == {"error": "limit must be a whole number, got 'abc'"}
+    assert len(srv.get_json("/api/history?limit=-3")["changes"]) <= 1  # clamped to 1..200, as before
+
+
+def test_a_ui_port_out_of_range_is_a_clear_error_not_a_traceback(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path), "MEMORY_FILE_PATH": str(tmp_path / "memory.jsonl")}
+    for port in ("99999", "-1"):
+        done = subprocess.run([sys.executable, str(SERVER), "--ui", port, "--no-open"], capture_output=True,
+                              text=True, timeout=30, env=env)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"--ui {port}: give a port from 1 to 65535" in done.stderr

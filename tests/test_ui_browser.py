@@ -352,6 +352,20 @@ def test_a_page_on_another_local_port_cannot_change_the_graph(page, server, othe
     assert page.evaluate("location.pathname + location.search") == "/"
 
 
+def test_a_partly_saved_edit_names_the_older_fact_it_archived(page, server):
+    """A partial save's status line lists what was refused and also what the saved fact replaced (archived):
+    the UI user is never left unaware that an older fact left the graph."""
+    def run(body):
+        status = page.evaluate("window.graphmemOp(%s).then((r) => r.status)" % js(body))
+        return status, page.evaluate("document.getElementById('status').textContent")
+    run({"op": "create_entity", "name": "deployer", "entityType": "service"})
+    assert run({"op": "add_fact", "name": "deployer", "text": "deploy branch is main"})[0] == "done"
+    status, text = run({"op": "add_facts", "name": "deployer",
+                        "texts": ["deploy branch is prod", "deploy key AKIA" + "IOSFODNN7EXAMPLE"]})
+    assert status == "partial" and text.startswith("Partly saved:"), text
+    assert "looks like a credential" in text and "replaced \u201cdeploy branch is main\u201d (archived)" in text, text
+
+
 def test_op_results_are_shown_from_their_data(page, server):
     """The status line says what an op did from the server's data (issue 10 item 7): a name that reads like
     a refusal is shown as done, one of two facts refused as partly saved with its reason, a refusal as such."""

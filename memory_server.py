@@ -4597,12 +4597,41 @@ def unguarded_fades_kept(memory: "Memory", plan: dict[str, list[tuple[str, str]]
     return {name: moves for name, moves in kept.items() if moves}, note
 
 
-def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, str]]]) -> tuple[list[str], bool]:
-    """Run every probe on the graph now and on the graph the plan would leave: (report lines, passed)."""
+def guard_plan(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, str]]]
+               ) -> tuple[dict[str, list[tuple[str, str]]], list[str], bool]:
+    """The plan the guardrail lets through: (plan, report lines, passed). When probes would fail, the facts they
+    need (a fact probe: its fact; an entity probe: that entity's planned facts) leave the plan and the probes
+    run again, so the rest of a clean-up is not blocked by one fact; never more than GUARD_ROUNDS tries."""
+    report: list[str] = []
+    for _ in range(GUARD_ROUNDS):
+        lines, ok, lost = compact_guardrail(memory, graph, plan)
+        report += lines
+        if ok or not lost:
+            return plan, report, ok
+        facts = {(p.entity, p.fact) for p in lost if p.fact}
+        entities = {p.entity for p in lost if not p.fact}
+        kept = [(name, text) for name, moves in plan.items() for text, _ in moves
+                if name in entities or (name, text) in facts]
+        if not kept:  # the probes fail for another reason (ranking): nothing to keep back
+            return plan, report, False
+        plan = {name: [m for m in moves if (name, m[0]) not in set(kept)] for name, moves in plan.items()}
+        plan = {name: moves for name, moves in plan.items() if moves}
+        report.append(f"kept {len(kept)} planned fact(s) those probes need in the active graph; checking again:")
+        report += [f"  kept: {name}: {short(text, 80)}" for name, text in kept[:20]]
+    return plan, report + ["guardrail: still failing after keeping what the probes need"], False
+
+
+GUARD_ROUNDS = 3  # guardrail checks per --compact: the plan, then at most two smaller plans (a guess)
+
+
+def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, str]]]
+                      ) -> tuple[list[str], bool, list[ProbeResult]]:
+    """Run every probe on the graph now and on the graph the plan would leave: (report lines, passed, the
+    probes that hit now and would miss after)."""
     s = memory.settings
     probes = memory.meta.probes()
     if not probes:
-        return ["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"], True
+        return ["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"], True, []
     after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
                                                   if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
                    for e in graph.entities], graph.relations)
@@ -4615,7 +4644,7 @@ def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple
              f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if ok else 'FAIL'}"]
     lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
               for p in lost[:20]]
-    return lines, ok
+    return lines, ok, lost
 
 
 class ProbeLearner:
@@ -8681,9 +8710,8 @@ def compact(memory: Memory, dry_run: bool, show_all: bool = False) -> tuple[str,
         graph = memory.fresh_graph()
         planned_on = memory.store.cached_key()
         plan, kept = unguarded_fades_kept(memory, compact_plan(memory, graph))
-        lines = describe_plan(memory, graph, plan, show_all) + kept
-        guard, verdict_ok = compact_guardrail(memory, graph, plan)
-        lines += guard
+        plan, guard, verdict_ok = guard_plan(memory, graph, plan)
+        lines = describe_plan(memory, graph, plan, show_all) + kept + guard
         moved = sum(len(v) for v in plan.values())
         blind = memory.meta.problem or memory.meta.unavailable
         if blind:  # pins, fact ages and probes live there: without them the plan is a guess

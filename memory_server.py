@@ -8685,9 +8685,10 @@ def secret_findings(graph: Graph) -> list[str]:
         for label, text in [("name", e.name), ("type", e.entityType)] + [("fact", o) for o in e.observations]:
             kind = looks_like_secret(text)
             if kind:
-                found.append(f"{short(e.name, 40) if label != 'name' else 'an entity'}: {label} looks like a {kind}")
-    found += [f"relation {short(r.frm, 30)} -> {short(r.to, 30)}: type looks like a {looks_like_secret(r.relationType)}"
-              for r in graph.relations if looks_like_secret(r.relationType)]
+                found.append(f"{short(e.name, 40) if label != 'name' else 'an entity'}: {label} looks like a "
+                             f"credential ({kind})")
+    found += [f"relation {short(r.frm, 30)} -> {short(r.to, 30)}: type looks like a credential "
+              f"({looks_like_secret(r.relationType)})" for r in graph.relations if looks_like_secret(r.relationType)]
     return found
 
 

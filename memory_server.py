@@ -6182,7 +6182,10 @@ class Memory:
     def change(self, summary: str, change: Callable[[Transaction], Answer], use: bool = True) -> Answer:
         """Apply `change` as one call of its own (maintenance: --import, --compact, healing markers): the
         same lock, fresh read, atomic write and history as a tool's; use=False: not a day of use."""
-        return self._one_call(lambda: self._mutate(summary, change), use)
+        try:
+            return self._one_call(lambda: self._mutate(summary, change), use)
+        finally:  # a private project's first write may be an --import: its project.json finds it again later
+            self._record_project()
 
     def _one_call(self, run: Callable[[], Answer], use: bool = True) -> Answer:
         """Run one call (a tool, or a UI edit) under the lock; its answer ends with a note when memory.db

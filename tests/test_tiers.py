@@ -434,3 +434,19 @@ def test_the_session_briefing_of_a_project_names_the_global_rules_too(tmp_path, 
     assert len(out) <= 400 * 4
     elsewhere = graphmem(tmp_path, home, "--context")  # outside any project: global only, said once
     assert "prefers small commits" in elsewhere.stdout and "Your global pinned" not in elsewhere.stdout
+
+
+def test_a_private_memory_first_written_by_import_survives_the_first_commit(tmp_path, home):
+    """--import is a write like a tool's: it records project.json, so the memory it filed by path is found again
+    once the repository has a root commit (before the fix: orphaned, `--projects` said "last path ?")."""
+    shop = repo(home, tmp_path / "shop", commit=False)
+    notes = tmp_path / "CLAUDE.md"
+    notes.write_text("# shop conventions\n- run make test before pushing\n")
+    done = graphmem(shop, home, "--import", str(notes))
+    assert done.returncode == 0 and "1 new entities" in done.stdout, done.stderr
+    (shop / "a.txt").write_text("a")
+    git(shop, home, "add", "-A")
+    git(shop, home, "commit", "-qm", "first")
+    recall, = serve(shop, home, [("recall", {"query": "make test before pushing"})])
+    assert "run make test before pushing" in recall
+    assert "last path ?" not in graphmem(shop, home, "--projects").stdout

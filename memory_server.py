@@ -8278,7 +8278,10 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
         sections.insert(1, ("Your global pinned facts and rules", pinned_and_rules(other, other.fresh_graph())))
     if query:
         sections.insert(0, (f"Recall for {_q(query, 60)}", recall_lines(memory, query, budget // 2)))
-    head = f"graphmem memory for this project: {len(graph.entities)} entities, {graph.fact_count()} facts."
+    head = (f"graphmem memory for this project: {len(graph.entities)} entities, {graph.fact_count()} facts."
+            if memory.settings.project is not None or memory.settings.tier == "file" else
+            f"graphmem global memory (not in a git project): {len(graph.entities)} entities, "
+            f"{graph.fact_count()} facts.")
     memory.meta.last_briefing(record=True)
     return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
 
@@ -8611,6 +8614,12 @@ def secret_findings(graph: Graph) -> list[str]:
                 found.append(f"{short(e.name, 40) if label != 'name' else 'an entity'}: {label} looks like a {kind}")
     found += [f"relation {short(r.frm, 30)} -> {short(r.to, 30)}: type looks like a {looks_like_secret(r.relationType)}"
               for r in graph.relations if looks_like_secret(r.relationType)]
+    for number, raw in graph.unreadable:  # still in the file (and in a commit) until the next write moves them
+        kind = looks_like_secret(raw.decode("utf-8", errors="replace"))
+        if kind:
+            found.append(f"unreadable line {number}: looks like a {kind}")
+    found += [f"a line of unknown type: looks like a {looks_like_secret(line)}"
+              for line in graph.other_lines if looks_like_secret(line)]
     return found
 
 
@@ -9207,7 +9216,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --context: print the briefing as a hook's JSON (hookSpecificOutput.additionalContext)")
     p.add_argument("--context", action="store_true",
                    help="print a session-start briefing (pinned facts and rules, what changed, most used)")
-    p.add_argument("--budget", type=int, default=CONTEXT_BUDGET, metavar="N",
+    p.add_argument("--budget", type=int, metavar="N",
                    help=f"with --context: at most N tokens (default {CONTEXT_BUDGET})")
     p.add_argument("--query", metavar="TEXT", help="with --context: add a recall for this task")
     p.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),
@@ -9224,6 +9233,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", nargs="+", metavar="FILE",
                    help="git merge driver: --merge BASE OURS THEIRS [PATH] (registered by --init)")
     return p
+
+
+# Options that only mean something beside another one: (dest, its flag, the option it goes with, that option's dest).
+# Alone, they used to fall through to serving MCP on stdio, which in a terminal looks like a hang.
+COMPANION_OPTIONS = (("hooks", "--hooks", "--config CLIENT", "config"),
+                     ("hook_json", "--hook-json", "--context", "context"),
+                     ("query", "--query", "--context", "context"), ("budget", "--budget", "--context", "context"),
+                     ("fix", "--fix", "--lint", "lint"), ("dry_run", "--dry-run", "--compact", "compact"),
+                     ("all", "--all", "--compact", "compact"))
+
+
+def refuse_lone_companions(args: argparse.Namespace) -> None:
+    """A ConfigError for an option given without the one it belongs to (e.g. --hooks without --config CLIENT)."""
+    for dest, flag, partner, partner_dest in COMPANION_OPTIONS:
+        if getattr(args, dest) not in (None, False) and not getattr(args, partner_dest):
+            raise ConfigError(f"{flag} goes with {partner} (graphmem {partner} {flag}); alone it does nothing")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -9245,12 +9270,14 @@ def main(argv: list[str] | None = None) -> int:
             return init_command(args.move_private)
         if args.move_private:
             raise ConfigError("--move-private goes with --init: graphmem --init --move-private")
+        refuse_lone_companions(args)
         settings = Settings.from_env()
         if args.projects:
             print(projects_report(settings, dict(os.environ)))
             return 0
         if args.context:
-            return print_briefing(settings, args.budget, args.query, args.hook_json)
+            return print_briefing(settings, CONTEXT_BUDGET if args.budget is None else args.budget, args.query,
+                                  args.hook_json)
         if args.export or args.import_path:
             return markdown_command(settings, args.export, args.import_path)
         if args.ui is not None:

@@ -170,6 +170,29 @@ def test_hooks_for_a_client_without_a_session_hook_say_so(used_graph):
     assert done.returncode == 1 and done.stdout == "" and "no session hook for cursor" in done.stderr
 
 
+@pytest.mark.parametrize("args", [["--hooks"], ["--hook-json"], ["--budget", "300"], ["--query", "deploy"],
+                                  ["--fix"], ["--dry-run"], ["--all"]])
+def test_an_option_without_the_one_it_goes_with_is_refused_not_a_silent_server(used_graph, args):
+    """`graphmem --hooks` (without --config CLIENT) used to start the stdio server: in a terminal, a hang."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(used_graph.parent),
+           "MEMORY_FILE_PATH": str(used_graph)}
+    done = subprocess.run([sys.executable, str(SERVER), *args], input="", capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert f"{args[0]} goes with --" in done.stderr and "on stdio" not in done.stderr
+
+
+def test_the_briefing_outside_a_project_says_it_is_the_global_memory(tmp_path):
+    home = tmp_path / "home"
+    graph = home / ".local" / "share" / "graphmem" / "memory.jsonl"
+    graph.parent.mkdir(parents=True)
+    write_graph(graph, [("me", "person", ["prefers tabs"])])
+    done = subprocess.run([sys.executable, str(SERVER), "--context"], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}, timeout=60)
+    assert done.stdout.startswith("graphmem global memory (not in a git project): 1 entities"), done.stdout
+    assert "this project" not in done.stdout
+
+
 def test_the_hook_json_of_an_empty_memory_is_an_empty_object(tmp_path):
     done = cli(tmp_path / "memory.jsonl", "--context", "--hook-json")
     assert done.returncode == 0 and json.loads(done.stdout) == {}

@@ -222,6 +222,21 @@ def test_lint_fails_a_pre_commit_check_when_the_team_file_holds_a_secret(repo):
     assert "ghp_" not in done.stdout
 
 
+def test_lint_fails_when_a_secret_sits_in_an_unreadable_or_unknown_line(repo):
+    """A hand edit that broke a line (or a line of a type graphmem does not know) is still in the file git
+    commits: a token there fails the pre-commit check too, without printing it."""
+    path = repo / ".graphmem" / "memory.jsonl"
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    clean = path.read_bytes()
+    path.write_bytes(clean + b'\n{"type":"entity","name":"ci","observations":["' + token.encode() + b'"]')  # cut off
+    done = graphmem(repo, "--lint", check=False)
+    assert done.returncode == 1 and "unreadable line 4: looks like a GitHub token" in done.stdout, done.stdout
+    assert token not in done.stdout
+    path.write_bytes(clean + b'\n{"type":"note","text":"' + token.encode() + b'"}')
+    done = graphmem(repo, "--lint", check=False)
+    assert done.returncode == 1 and "a line of unknown type: looks like a GitHub token" in done.stdout, done.stdout
+
+
 def test_local_files_stay_out_of_git(repo):
     server = StdioServer(repo / ".graphmem" / "memory.jsonl")
     try:

@@ -8286,6 +8286,20 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
 
 
+def global_briefing(settings: Settings, budget: int, query: str | None) -> str:
+    """The briefing of a project that has no memory of its own yet: the global tier's pinned facts and rules (and
+    a recall there for `query`). Nothing is written for the project (no private folder appears)."""
+    other = Memory(dataclasses.replace(settings, file_path=settings.global_path, global_path=None, tier="global"),
+                   "context")
+    graph = other.fresh_graph()
+    sections = [("Your global pinned facts and rules", pinned_and_rules(other, graph))]
+    if query:
+        sections.insert(0, (f"Recall for {_q(query, 60)} (global memory)", recall_lines(other, query, budget // 2)))
+    head = (f"graphmem: no memory for this project yet; your global memory: {len(graph.entities)} entities, "
+            f"{graph.fact_count()} facts.")
+    return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
+
+
 def first_seen(meta: MetaStore, since: float) -> list[tuple[float, str, str]]:
     """Facts first seen after `since`, newest first (written by another tool or by hand: their first sighting)."""
     return sorted(((s.created, entity, text) for (entity, text), s in meta.states.items() if s.created > since),
@@ -9133,6 +9147,8 @@ def print_briefing(settings: Settings, budget: int, query: str | None, hook_json
     text = ""
     if settings.file_path.exists() and settings.file_path.stat().st_size > 0:
         text = briefing(Memory(settings, "context"), budget, query)
+    elif settings.global_path is not None and settings.global_path.exists() and settings.global_path.stat().st_size:
+        text = global_briefing(settings, budget, query)  # a project with no memory yet: your rules still hold
     if hook_json:
         print(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
                          if text else {}))

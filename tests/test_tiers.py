@@ -450,3 +450,23 @@ def test_a_private_memory_first_written_by_import_survives_the_first_commit(tmp_
     recall, = serve(shop, home, [("recall", {"query": "make test before pushing"})])
     assert "run make test before pushing" in recall
     assert "last path ?" not in graphmem(shop, home, "--projects").stdout
+
+
+def test_a_project_with_no_memory_yet_still_gets_the_global_rules_at_session_start(tmp_path, home):
+    """--context in a new project used to print nothing (exit 0) although your global rules hold there too;
+    it prints them and creates nothing for the project."""
+    somewhere = repo(home, tmp_path / "old", "git@github.com:acme/old.git")
+    serve(somewhere, home, [("create_entities", {"entities": [{"name": "my style", "entityType": "convention",
+                                                               "observations": ["prefers small commits"]}],
+                                                 "scope": "global"})])
+    fresh = repo(home, tmp_path / "fresh", "git@github.com:acme/fresh.git")
+    before = sorted(p.name for p in (data_dir(home) / "projects").iterdir()) \
+        if (data_dir(home) / "projects").exists() else []
+    done = graphmem(fresh, home, "--context", "--budget", "200")
+    assert done.returncode == 0 and "no memory for this project yet" in done.stdout, done.stdout + done.stderr
+    assert "prefers small commits" in done.stdout and ms.estimate_tokens(done.stdout.rstrip("\n")) <= 200
+    hook = json.loads(graphmem(fresh, home, "--context", "--hook-json").stdout)
+    assert "prefers small commits" in hook["hookSpecificOutput"]["additionalContext"]
+    after = sorted(p.name for p in (data_dir(home) / "projects").iterdir()) \
+        if (data_dir(home) / "projects").exists() else []
+    assert after == before  # nothing was created for the fresh project

@@ -8608,6 +8608,7 @@ def lint_report(memory: Memory) -> str:
     if markers:
         lines.append(f"git conflict markers: {markers} (merged without the driver): --lint --fix heals the file "
                      "keeping both sides; graphmem --init registers the driver")
+    lines += team_driver_lint(memory.settings)
     secrets_found = secret_findings(graph)
     lines.append(f"secret-shaped text: {len(secrets_found)}" + (" (exit code 1: remove it before committing)"
                                                                 if secrets_found else ""))
@@ -8616,6 +8617,16 @@ def lint_report(memory: Memory) -> str:
     lines.append(embeddings_status(memory))
     lines.append("Read-only: the graph was not changed. --compact archives overflow and faded facts (guarded).")
     return "\n".join(lines)
+
+
+def team_driver_lint(settings: Settings) -> list[str]:
+    """A team tier in a clone where the merge driver is not registered (a teammate who never ran --init): git then
+    merges memory.jsonl line by line, with conflict markers. One git process, in --lint only."""
+    project = settings.project
+    if settings.tier != "team" or project is None or git(project.root, "config", "merge.graphmem.driver"):
+        return []
+    return ["merge driver: not registered in this clone, so git merges memory.jsonl line by line (with conflict "
+            "markers): run graphmem --init once here"]
 
 
 def secret_findings(graph: Graph) -> list[str]:
@@ -9308,7 +9319,9 @@ def main(argv: list[str] | None = None) -> int:
                 before = memory.store.read()
                 markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
                 memory.change("heal conflict markers", lambda tx: "healed")
-                print(f"healed {markers} conflict marker line(s); both sides' facts kept" if markers
+                staged = (f"; mark it resolved: git add {TEAM_DIR}/memory.jsonl"
+                          if markers and settings.tier == "team" else "")
+                print(f"healed {markers} conflict marker line(s); both sides' facts kept{staged}" if markers
                       else "nothing to fix")
             if args.lint:
                 print(lint_report(memory))

@@ -176,6 +176,28 @@ def test_a_file_merged_without_the_driver_is_healed_keeping_both_sides(repo):
     assert not path.with_name("memory.jsonl.unreadable").exists()
 
 
+def test_a_clone_without_the_driver_is_told_by_lint_and_the_fix_says_how_to_mark_it_resolved(repo, tmp_path):
+    """A teammate who cloned but never ran --init: git merges memory.jsonl line by line. --lint says the driver
+    is missing; --lint --fix heals the real conflict and says to `git add` the file; --init silences the line."""
+    clone = tmp_path / "clone"
+    run(tmp_path, "git", "clone", "-q", str(repo), str(clone))
+    assert "merge driver: not registered" in graphmem(clone, "--lint").stdout
+    assert "merge driver" not in graphmem(repo, "--lint").stdout  # --init registered it there
+    path = clone / ".graphmem" / "memory.jsonl"
+    run(clone, "git", "checkout", "-q", "-b", "side")
+    path.write_text(path.read_text(encoding="utf-8").replace('"written in Go"', '"written in Go", "side fact"'))
+    run(clone, "git", "commit", "-qam", "side")
+    run(clone, "git", "checkout", "-q", "main")
+    path.write_text(path.read_text(encoding="utf-8").replace('"written in Go"', '"written in Go", "main fact"'))
+    run(clone, "git", "commit", "-qam", "main")
+    assert run(clone, "git", "merge", "side", check=False).returncode != 0  # a real line conflict
+    fixed = graphmem(clone, "--lint", "--fix")
+    assert "git add .graphmem/memory.jsonl" in fixed.stdout, fixed.stdout
+    assert {"main fact", "side fact"} <= set(entities(path)["api"]["observations"])
+    graphmem(clone, "--init")
+    assert "merge driver" not in graphmem(clone, "--lint").stdout
+
+
 def test_conflict_markers_are_healed_by_the_next_write_too(repo):
     path = repo / ".graphmem" / "memory.jsonl"
     a = json.dumps({"type": "entity", "name": "api", "entityType": "service", "observations": ["one"]})

@@ -5224,6 +5224,14 @@ def tier_title(settings: Settings) -> str:
     return f"{TIER_NAMES[settings.tier]} of {project.root.name} ({where})"
 
 
+# Deletes that may name entities of both tiers: (the list argument, the entity an item of it acts on).
+TIER_SPLIT: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "delete_entities": ("entityNames", lambda name: name),
+    "delete_observations": ("deletions", lambda item: item["entityName"]),
+    "delete_relations": ("relations", lambda item: item["from"]),
+}
+
+
 def tier_entity_names(tool: str, args: dict[str, Any]) -> list[str]:
     """The entities a delete or edit call acts on, to find the graph they live in."""
     if tool == "delete_entities":
@@ -5340,7 +5348,9 @@ class Memory:
         """A call in a project: writes go to the project unless scope is "global"; reads span both graphs (the
         global one marked); deletes and edits act where the entity lives. None: run it on the project graph."""
         if name in ("create_entities", "add_observations", "create_relations"):
-            return self.global_memory(create=True).answer_tool(name, args, self.client) if scope == "global" else None
+            if scope == "global":
+                return self.global_memory(create=True).answer_tool(name, args, self.client)
+            return self._write_naming_global(name, args)
         other = self.global_memory(create=False)
         if other is None:  # no global memory yet: nothing to read alongside or to act on
             return None
@@ -5361,7 +5371,46 @@ class Memory:
         named = tier_entity_names(name, args)
         if named and all(other.fresh_graph().get(n) and not self.fresh_graph().get(n) for n in named):
             return other.answer_tool(name, args, self.client)
+        global_only = {n for n in named if other.fresh_graph().get(n) and not self.fresh_graph().get(n)}
+        if global_only and name in TIER_SPLIT:  # a delete naming entities of both tiers: each acts where it lives
+            return self._split_across_tiers(name, args, global_only, other)
         return None
+
+    def _write_naming_global(self, name: str, args: dict[str, Any]) -> tuple[Answer, bool] | None:
+        """A project write naming an entity only your global memory has (add_observations to it, a relation to
+        it): run here as usual, and when it was refused, say where that entity is and how to write there."""
+        other = self.global_memory(create=False)
+        if other is None or name == "create_entities":
+            return None
+        named = ([o.get("entityName") for o in args.get("observations") or []] if name == "add_observations" else
+                 [n for r in args.get("relations") or [] for n in (r.get("from"), r.get("to"))])
+        mine, theirs = self.fresh_graph(), other.fresh_graph()
+        elsewhere = list(dict.fromkeys(n for n in named if isinstance(n, str) and theirs.get(n) and not mine.get(n)))
+        if not elsewhere:
+            return None
+        answer, error = self._run_tool(TOOLS_BY_NAME[name], args)
+        if isinstance(answer, WriteResult) and (error or answer.of("refused")):
+            where = ", ".join(_q(n) for n in elsewhere[:5])
+            note = (f"{where} {'is' if len(elsewhere) == 1 else 'are'} in your global memory, not this project's: "
+                    "send the call with scope: \"global\" to write there (a relation links entities of one memory)")
+            if answer.error is not None:  # refused as a whole: the error is what is shown
+                answer.error += f"\n{note}"
+            else:
+                answer.add("note", "call", reason="global", detail=note)
+        return answer, error
+
+    def _split_across_tiers(self, name: str, args: dict[str, Any], global_only: set[str],
+                            other: "Memory") -> tuple[Answer, bool]:
+        """A delete naming entities of both tiers: the project's part here, the global part in the global graph,
+        its answer added as a note (one answer, one status: the project's)."""
+        key, entity_of = TIER_SPLIT[name]
+        here = [item for item in args[key] if entity_of(item) not in global_only]
+        there = [item for item in args[key] if entity_of(item) in global_only]
+        answer, error = self._run_tool(TOOLS_BY_NAME[name], {**args, key: here})
+        more, more_error = other.call_tool(name, {**args, key: there}, self.client)
+        if isinstance(answer, WriteResult):
+            answer.add("note", "call", reason="global", detail=f"In your global memory: {more}")
+        return answer, error or more_error
 
     def global_memory(self, create: bool) -> "Memory | None":
         """The global graph read alongside this project's graph; None without one (create: make it)."""

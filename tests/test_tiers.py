@@ -470,3 +470,40 @@ def test_a_project_with_no_memory_yet_still_gets_the_global_rules_at_session_sta
     after = sorted(p.name for p in (data_dir(home) / "projects").iterdir()) \
         if (data_dir(home) / "projects").exists() else []
     assert after == before  # nothing was created for the fresh project
+
+
+def test_a_delete_naming_entities_of_both_tiers_deletes_each_where_it_lives(tmp_path, home):
+    """delete_entities / delete_observations naming a project entity and a global one: both go (before: the global
+    one was "Not found" although every read showed it)."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    facts, deleted, gone = serve(shop, home, [
+        remember("2026-03-01: deploy branch is main"), remember("likes green tea", "me", scope="global"),
+        ("create_entities", {"entities": [{"name": "tools", "entityType": "note",
+                                           "observations": ["uses vim", "uses zsh"]}], "scope": "global"}),
+        ("delete_observations", {"deletions": [{"entityName": "deploy", "observations": ["2026-03-01: deploy "
+                                                                                        "branch is main"]},
+                                               {"entityName": "tools", "observations": ["uses zsh"]}]}),
+        ("delete_entities", {"entityNames": ["deploy", "me"]}),
+        ("read_graph", {})])[3:]
+    assert "In your global memory: tools: -1" in facts, facts
+    assert "Not found" not in deleted and "In your global memory: Deleted 1 entities" in deleted, deleted
+    assert "deploy (" not in gone and "me (" not in gone and "tools (1)" in gone, gone
+
+
+def test_a_project_write_to_a_global_entity_says_to_send_scope_global(tmp_path, home):
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    serve(shop, home, [remember("likes green tea", "me", scope="global"), remember("2026-03-01: deploy is manual")])
+    requests = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add_observations", "arguments": {
+            "observations": [{"entityName": "me", "contents": ["drinks it at 4 pm"]}]}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "create_relations", "arguments": {
+            "relations": [{"from": "me", "to": "deploy", "relationType": "runs"}]}}}]
+    done = subprocess.run([sys.executable, str(SERVER)], input="".join(json.dumps(r) + "\n" for r in requests),
+                          capture_output=True, text=True, cwd=shop, env=env_for(home), timeout=60)
+    replies = {r["id"]: r["result"] for r in map(json.loads, done.stdout.splitlines())}
+    for i in (1, 2):
+        text = replies[i]["content"][0]["text"]
+        assert '"me" is in your global memory' in text and 'scope: "global"' in text, text
+    assert replies[1]["isError"]
+    assert "drinks it" not in (data_dir(home) / "memory.jsonl").read_text()  # nothing written anywhere

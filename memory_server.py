@@ -5440,10 +5440,18 @@ class Memory:
         elif name == "search_nodes" and not other.index.match_entities(args["query"]):
             return text, error
         more, more_error = other.call_tool(name, extra, self.client)
+        if name != "read_graph" and self._missed(args["query"]):  # "try other words" would mislead: global has it
+            text = f"Nothing in this project's memory matched {_q(args['query'], 60)}."
         combined = f"{text}\n{GLOBAL_HEADER}\n{more}"
         if more_error or (name == "recall" and estimate_tokens(combined) > budget):
             return text, error
         return combined, error
+
+    def _missed(self, query: str) -> bool:
+        """Nothing in this graph matches `query`, by name or by fact (what search_nodes and recall look at)."""
+        self.fresh_graph()
+        return not self.index.match_entities(query) and not self.index.rank_facts(query, self.lifecycle.strength,
+                                                                                  None).facts
 
     def _record_project(self) -> None:
         """Once per process, when a private project's folder exists (a write, or the savings ledger of a read

@@ -507,3 +507,17 @@ def test_a_project_write_to_a_global_entity_says_to_send_scope_global(tmp_path, 
         assert '"me" is in your global memory' in text and 'scope: "global"' in text, text
     assert replies[1]["isError"]
     assert "drinks it" not in (data_dir(home) / "memory.jsonl").read_text()  # nothing written anywhere
+
+
+def test_a_read_only_the_global_tier_answers_does_not_say_nothing_matched(tmp_path, home):
+    """recall / search_nodes that only the global tier answers: the project part says so in one line, not
+    "nothing matched ... try other words" above the global facts that did match."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    recall, search = serve(shop, home, [remember("2026-03-01: deploy is manual"),
+                                        remember("prefers tabs over spaces", "me", scope="global"),
+                                        ("recall", {"query": "tabs"}), ("search_nodes", {"query": "tabs"})])[2:]
+    for text in (recall, search):
+        assert text.startswith("Nothing in this project's memory matched \"tabs\".\n== global memory"), text
+        assert "Try other words" not in text and "prefers tabs" in text
+    both, = serve(shop, home, [("recall", {"query": "deploy manual"})])
+    assert both.startswith("## deploy"), both  # the project answered: its own text, unchanged

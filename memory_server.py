@@ -8148,6 +8148,9 @@ def merge_command(paths: list[str]) -> int:
     """Run the merge driver; exit 0 with a clean file (git then takes it), 2 on wrong arguments."""
     if len(paths) not in (3, 4):
         raise ConfigError("--merge needs BASE OURS THEIRS [PATH] (git passes %O %A %B %P)")
+    missing = [f"{role} {path}" for role, path in zip(("BASE", "OURS", "THEIRS"), paths) if not Path(path).is_file()]
+    if missing:  # git always passes three files (an empty BASE when both sides added the file): a typo, not a merge
+        raise ConfigError(f"--merge: no such file: {', '.join(missing)}; nothing was written")
     try:
         notes = merge_files(Path(paths[0]), Path(paths[1]), Path(paths[2]), paths[3] if len(paths) == 4 else None)
     except OSError as err:  # a full disk or a read-only work tree: OURS is untouched (atomic replace)

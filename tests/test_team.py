@@ -352,3 +352,13 @@ def test_a_merge_that_cannot_write_leaves_ours_as_it_was(tmp_path):
     assert "cannot write the merged" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert ours.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "ours", "theirs"]
+
+
+def test_merge_with_a_missing_file_is_refused_and_writes_nothing(tmp_path):
+    """By hand, a typo in a path used to "merge" into a new empty OURS file and exit 0."""
+    base, theirs = tmp_path / "base", tmp_path / "theirs"
+    write_graph(base, [("api", "service", ["a"])])
+    write_graph(theirs, [("api", "service", ["a", "b"])])
+    done = graphmem(tmp_path, "--merge", str(base), str(tmp_path / "ourz"), str(theirs), check=False)
+    assert done.returncode == 2 and f"OURS {tmp_path / 'ourz'}" in done.stderr, done.stderr
+    assert not (tmp_path / "ourz").exists()

@@ -8532,6 +8532,21 @@ def parse_exported_entity(text: str) -> tuple[int, str, str, list[str], list[tup
     return position, name, etype, facts, relations
 
 
+def export_left_out(folder: Path, read: int) -> str:
+    """What an import of an --export folder leaves out, said in its answer: the archived facts (the import reads
+    the active facts only) and .md files --export did not write."""
+    files = sorted(folder.glob("*.md"))
+    archived = 0
+    for p in files:
+        section = None
+        for line in p.read_text(encoding="utf-8", errors="surrogateescape").split("\n"):
+            section = line[3:].strip() if line.startswith("## ") else section
+            archived += section == "Archived" and line.startswith("- ")
+    parts = [f"{archived} archived fact(s) left out (active facts only; they stay in the notes)"] if archived else []
+    parts += [f"{len(files) - read} other .md file(s) skipped (not written by --export)"] if len(files) > read else []
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def notes_as_facts(path: Path, text: str) -> tuple[str, list[str]]:
     """A CLAUDE.md / AGENTS.md style file: its bullet points, as facts of an entity named by its first heading
     (else the project folder's name)."""
@@ -8553,7 +8568,7 @@ def import_source(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tu
         in_file_order = sorted((order, name, rtype, alias, stem) for _, (_, name, _, _, rels) in parsed
                                for order, rtype, alias, stem in rels)
         relations = [(name, by_stem.get(stem, alias), rtype) for _, name, rtype, alias, stem in in_file_order]
-        return entities, relations, f"{len(parsed)} exported entity file(s)"
+        return entities, relations, f"{len(parsed)} exported entity file(s)" + export_left_out(path, len(parsed))
     data = path.read_bytes()
     if path.suffix in (".json", ".jsonl"):
         graph = parse_graph_bytes(data)
@@ -8567,7 +8582,7 @@ def import_into(memory: Memory, path: Path) -> str:
     """--import PATH: one transaction; new entities keep their facts as written (secrets and over-long facts
     refused), existing ones get new facts through the usual checks. Says what was added, skipped, refused."""
     entities, relations, what = import_source(path)
-    counts = {"entities": 0, "facts": 0, "relations": 0, "skipped": 0, "refused": 0}
+    counts = {"entities": 0, "facts": 0, "relations": 0, "skipped": 0, "refused": 0, "dangling": 0}
 
     def change(tx: Transaction) -> str:
         details = []
@@ -8595,7 +8610,10 @@ def import_into(memory: Memory, path: Path) -> str:
             counts["skipped"] += len(facts) - (tx.added - before_added) - (tx.refused - before_refused)
         existing = {r.key for r in tx.graph.relations}
         for key in relations:
-            if key in existing or tx.graph.get(key[0]) is None or tx.graph.get(key[1]) is None:
+            if tx.graph.get(key[0]) is None or tx.graph.get(key[1]) is None:
+                counts["dangling"] += 1
+                continue
+            if key in existing:
                 counts["skipped"] += 1
                 continue
             tx.touch_relations()
@@ -8604,7 +8622,9 @@ def import_into(memory: Memory, path: Path) -> str:
             counts["relations"] += 1
         head = (f"Imported {what}: {counts['entities']} new entities, {counts['facts']} facts, "
                 f"{counts['relations']} relations; {counts['skipped']} already there or duplicates, "
-                f"{counts['refused']} refused.")
+                f"{counts['refused']} refused."
+                + (f" {counts['dangling']} relation(s) to entities that do not exist left out." if counts["dangling"]
+                   else ""))
         return "\n".join([head] + details[:50])
     return memory.change(f"import {path.name}", change)
 

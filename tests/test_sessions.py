@@ -102,9 +102,31 @@ def test_export_then_import_gives_the_same_graph_byte_for_byte(tmp_path):
     assert done.returncode == 0 and "3 new entities" in done.stdout, done.stdout + done.stderr
     assert target.read_bytes() == source.read_bytes().replace(
         b'{"type":"relation","from":"Alice","to":"ghost","relationType":"knows"}\n', b"")
+    assert "1 relation(s) to entities that do not exist left out" in done.stdout, done.stdout
     again = cli(target, "--import", str(out))
     assert "0 new entities, 0 facts, 0 relations" in again.stdout
     assert target.read_bytes().count(b'"name":"Alice"') == 1
+
+
+def test_import_of_an_export_says_what_it_left_out(tmp_path):
+    """Archived facts are exported (their own section) but not imported, and a vault holds other notes too:
+    the import's answer counts both instead of leaving them out in silence."""
+    source = tmp_path / "a" / "memory.jsonl"
+    source.parent.mkdir()
+    write_graph(source, [("api", "service", ["written in Go"])])
+    archive = source.parent / "archive"
+    archive.mkdir()
+    ms.GraphStore(ms.Settings(file_path=source)).write_archive("api", [
+        ms.ArchivedFact("2025-01-01: ran on Python 2", "over cap", "2026-01-01 09:00 UTC")])
+    out = tmp_path / "vault"
+    assert cli(source, "--export", "markdown", str(out)).returncode == 0
+    assert "## Archived" in (out / "api.md").read_text(encoding="utf-8")
+    (out / "Daily note.md").write_text("# today\n- bought milk\n", encoding="utf-8")
+    target = tmp_path / "b" / "memory.jsonl"
+    target.parent.mkdir()
+    done = cli(target, "--import", str(out))
+    assert "1 archived fact(s) left out" in done.stdout and "1 other .md file(s) skipped" in done.stdout, done.stdout
+    assert "milk" not in target.read_text(encoding="utf-8")
 
 
 def test_import_of_a_reference_graph_merges_without_duplicating(tmp_path):

@@ -8176,6 +8176,49 @@ def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: s
     return notes
 
 
+def unmerged_sides(root: Path, rel: str) -> list[bytes] | None:
+    """BASE, OURS and THEIRS of a file git left unmerged (index stages 1-3; a missing stage is empty), or None
+    when the file is not unmerged (or git cannot say)."""
+    listed = git(root, "ls-files", "-u", "--", rel)
+    if not listed:
+        return None
+    stages = {line.split("\t")[0].split()[-1] for line in listed.splitlines()}
+    sides = []
+    for stage in ("1", "2", "3"):
+        done = subprocess.run(["git", "-C", str(root), "show", f":{stage}:{rel}"], capture_output=True, timeout=30) \
+            if stage in stages else None
+        sides.append(done.stdout if done is not None and done.returncode == 0 else b"")
+    return sides
+
+
+def heal_unmerged(memory: "Memory") -> list[str]:
+    """--lint --fix in a team tier git left unmerged (a clone whose merge driver is missing or could not run: the
+    file then holds ours only, or conflict markers): merge git's own three sides fact by fact, then layer on
+    whatever the work-tree file has beyond ours (a hand edit since). One change, through the usual write path."""
+    project = memory.settings.project
+    if memory.settings.tier != "team" or project is None:
+        return []
+    sides = unmerged_sides(project.root, f"{TEAM_DIR}/memory.jsonl")
+    if sides is None:
+        return []
+    base, ours, theirs = (parse_mergeable(side) for side in sides)
+    merged, notes = merge_graphs(base, ours, theirs)
+
+    def change(tx: Transaction) -> str:
+        heal_conflict_markers(tx.graph)
+        result, _ = merge_graphs(ours, merged, tx.graph)
+        for name in dict.fromkeys([e.name for e in tx.graph.entities] + [e.name for e in result.entities]):
+            tx.touch(name)
+        tx.touch_relations()
+        tx.graph.entities, tx.graph.relations = result.entities, result.relations
+        tx.graph.other_lines = result.other_lines
+        tx.graph.invalidate()
+        return "merged"
+    memory.change("merge the unmerged team file from git's three sides", change, use=False)
+    return [f"git left {TEAM_DIR}/memory.jsonl unmerged: merged its three sides fact by fact (both sides' new "
+            f"facts kept); mark it resolved: git add {TEAM_DIR}/memory.jsonl"] + [f"merge: {n}" for n in notes]
+
+
 # ── tiers on the command line: --projects, --init --move-private ──
 def graph_file_facts(path: Path) -> tuple[int, int] | None:
     """(entities, facts) of a graph file, or None when there is none."""
@@ -8703,10 +8746,20 @@ def team_driver_lint(settings: Settings) -> list[str]:
     """A team tier in a clone where the merge driver is not registered (a teammate who never ran --init): git then
     merges memory.jsonl line by line, with conflict markers. One git process, in --lint only."""
     project = settings.project
-    if settings.tier != "team" or project is None or git(project.root, "config", "merge.graphmem.driver"):
+    if settings.tier != "team" or project is None:
         return []
-    return ["merge driver: not registered in this clone, so git merges memory.jsonl line by line (with conflict "
-            "markers): run graphmem --init once here"]
+    lines = []
+    if git(project.root, "ls-files", "-u", "--", f"{TEAM_DIR}/memory.jsonl"):
+        lines.append(f"git left {TEAM_DIR}/memory.jsonl unmerged (its merge driver is missing or failed): "
+                     "--lint --fix merges git's three sides, keeping both sides' facts")
+    driver = git(project.root, "config", "merge.graphmem.driver")
+    if not driver:
+        lines.append("merge driver: not registered in this clone, so git merges memory.jsonl line by line (with "
+                     "conflict markers): run graphmem --init once here")
+    elif not all(Path(part).exists() for part in shlex.split(driver)[:2] if os.path.isabs(part)):
+        lines.append(f"merge driver: its command is gone ({driver}), so a merge leaves theirs out of the file: "
+                     "run graphmem --init again here")
+    return lines
 
 
 def secret_findings(graph: Graph) -> list[str]:
@@ -9395,7 +9448,10 @@ def main(argv: list[str] | None = None) -> int:
             memory = Memory(settings, "cli")
             if args.probe or args.probes or args.remove_probe:
                 return manage_probes(memory, args)
-            if args.lint and args.fix:
+            unmerged = heal_unmerged(memory) if args.lint and args.fix else []
+            for line in unmerged:
+                print(line)
+            if args.lint and args.fix and not unmerged:
                 before = memory.store.read()
                 markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
                 memory.change("heal conflict markers", lambda tx: "healed")

@@ -195,7 +195,7 @@ def test_a_clone_without_the_driver_is_told_by_lint_and_the_fix_says_how_to_mark
     assert "git add .graphmem/memory.jsonl" in fixed.stdout, fixed.stdout
     assert {"main fact", "side fact"} <= set(entities(path)["api"]["observations"])
     graphmem(clone, "--init")
-    assert "merge driver" not in graphmem(clone, "--lint").stdout
+    assert "merge driver: not registered" not in graphmem(clone, "--lint").stdout
 
 
 def test_conflict_markers_are_healed_by_the_next_write_too(repo):
@@ -362,3 +362,28 @@ def test_merge_with_a_missing_file_is_refused_and_writes_nothing(tmp_path):
     done = graphmem(tmp_path, "--merge", str(base), str(tmp_path / "ourz"), str(theirs), check=False)
     assert done.returncode == 2 and f"OURS {tmp_path / 'ourz'}" in done.stderr, done.stderr
     assert not (tmp_path / "ourz").exists()
+
+
+def test_a_merge_whose_driver_is_gone_is_merged_by_lint_fix_from_gits_three_sides(repo):
+    """The driver registered by --init points at a checkout that moved (or a graphmem since uninstalled): git
+    reports a conflict but leaves OURS as it was, without markers, so `git add` would silently drop theirs'
+    facts. --lint says so; --lint --fix merges git's three index stages (a deletion on one side honoured)."""
+    path = repo / ".graphmem" / "memory.jsonl"
+    run(repo, "git", "config", "merge.graphmem.driver", "/nonexistent/python3 /gone/memory_server.py --merge %O %A %B %P")
+    branch(repo, "side", lambda graph, rels: graph["api"]["observations"].insert(1, "side fact"))
+    graph = entities(path)
+    graph["api"]["observations"].remove("listens on 8080")  # main deletes a fact and adds one
+    graph["api"]["observations"].insert(1, "main fact")
+    write_graph(path, [(n, e["entityType"], e["observations"]) for n, e in graph.items()], sorted(relations(path)))
+    run(repo, "git", "commit", "-qam", "main")
+    assert run(repo, "git", "merge", "side", check=False).returncode != 0
+    assert "side fact" not in path.read_text(encoding="utf-8") and "<<<<" not in path.read_text(encoding="utf-8")
+    lint = graphmem(repo, "--lint").stdout
+    assert "unmerged" in lint and "its command is gone" in lint, lint
+    fixed = graphmem(repo, "--lint", "--fix")
+    assert "merged its three sides" in fixed.stdout and "git add .graphmem/memory.jsonl" in fixed.stdout
+    facts = entities(path)["api"]["observations"]
+    assert facts == ["written in Go", "main fact", "2026-01-05: moved to Postgres 16", "side fact"], facts
+    run(repo, "git", "add", ".graphmem/memory.jsonl")
+    run(repo, "git", "commit", "-qm", "merged")
+    assert "unmerged" not in graphmem(repo, "--lint").stdout

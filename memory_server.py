@@ -9330,6 +9330,9 @@ def init_command(move: bool) -> int:
         if counts and counts[1]:
             print(f"This project has a private memory ({counts[1]} facts, {settings.project.private_path}), not read "
                   "while .graphmem/ exists: graphmem --init --move-private moves it into the team tier.")
+    if os.environ.get("MEMORY_FILE_PATH", "").strip():
+        print(f"Note: MEMORY_FILE_PATH is set here ({os.environ['MEMORY_FILE_PATH'].strip()}): a server started with "
+              f"it uses that one file, not {TEAM_DIR}/memory.jsonl; unset it (and in your client's config) to share.")
     print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
           "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
     return 0

@@ -93,6 +93,13 @@ def test_init_is_idempotent_and_sets_up_git(repo):
     assert (repo / ".gitattributes").read_text() == attributes
 
 
+def test_init_with_memory_file_path_set_says_servers_will_not_use_the_team_file(repo):
+    """--init ignores MEMORY_FILE_PATH, but a server started with it keeps using that one file: said, not silent."""
+    done = run(repo, sys.executable, str(SERVER), "--init", MEMORY_FILE_PATH=str(repo.parent / "mine.jsonl"))
+    assert "MEMORY_FILE_PATH is set here" in done.stdout and "not .graphmem/memory.jsonl" in done.stdout
+    assert "MEMORY_FILE_PATH" not in graphmem(repo, "--init").stdout
+
+
 def test_init_outside_a_repository_is_a_clear_error(tmp_path):
     lonely = tmp_path / "lonely"
     lonely.mkdir()

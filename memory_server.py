@@ -8617,6 +8617,11 @@ def import_source(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tu
         graph = parse_graph_bytes(data)
         return ([(e.name, e.entityType, e.observations) for e in graph.entities],
                 [r.key for r in graph.relations], "a reference-format graph")
+    exported = parse_exported_entity(data.decode("utf-8", errors="surrogateescape"))
+    if exported is not None:  # one note of an --export folder: that entity, not its lines as notes
+        _, name, etype, facts, rels = exported
+        return [(name, etype, facts)], [(name, alias, rtype) for _, rtype, alias, _ in sorted(rels)], \
+            f"the exported entity file {path.name}"
     name, facts = notes_as_facts(path, data.decode("utf-8", errors="replace"))
     return [(name, "project", list(dict.fromkeys(facts)))], [], f"the notes in {path.name}"
 

@@ -275,3 +275,22 @@ def test_changes_lists_writes_archives_deletes_and_renames_with_their_time(tmp_p
         assert "changes" in tools
     finally:
         server.close()
+
+
+def test_import_of_one_exported_note_reads_it_as_that_entity(tmp_path):
+    """A single note of an --export folder: its entity with its type and facts, its relations where their
+    targets exist; before, it was read as a CLAUDE.md (type "project", wiki links and archive comments as facts)."""
+    source = tmp_path / "a" / "memory.jsonl"
+    source.parent.mkdir()
+    write_graph(source, [("api", "service", ["written in Go"]), ("db", "database", ["Postgres 16"])],
+                [("api", "db", "reads from")])
+    out = tmp_path / "vault"
+    assert cli(source, "--export", "markdown", str(out)).returncode == 0
+    target = tmp_path / "b" / "memory.jsonl"
+    target.parent.mkdir()
+    write_graph(target, [("db", "database", ["Postgres 16"])])
+    done = cli(target, "--import", str(out / "api.md"))
+    assert done.returncode == 0 and "1 new entities, 1 facts, 1 relations" in done.stdout, done.stdout
+    lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert {"type": "entity", "name": "api", "entityType": "service", "observations": ["written in Go"]} in lines
+    assert {"type": "relation", "from": "api", "to": "db", "relationType": "reads from"} in lines

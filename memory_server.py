@@ -9469,7 +9469,11 @@ def main(argv: list[str] | None = None) -> int:
                       else "nothing to fix")
             if args.lint:
                 print(lint_report(memory))
-                return 1 if secret_findings(memory.fresh_graph()) else 0
+                found = secret_findings(memory.fresh_graph())
+                if found:  # on stderr too: a pre-commit hook sends stdout to /dev/null, and must still say why
+                    log(f"secret-shaped text in {memory.store.path}: {'; '.join(found[:5])}"
+                        + (f" (+{len(found) - 5} more)" if len(found) > 5 else "") + ". Remove it before committing.")
+                return 1 if found else 0
             if args.report:
                 print(report(memory))
                 return 0

@@ -394,3 +394,20 @@ def test_a_merge_whose_driver_is_gone_is_merged_by_lint_fix_from_gits_three_side
     run(repo, "git", "add", ".graphmem/memory.jsonl")
     run(repo, "git", "commit", "-qm", "merged")
     assert "unmerged" not in graphmem(repo, "--lint").stdout
+
+
+def test_a_real_pre_commit_hook_refuses_a_secret_and_says_why_with_stdout_discarded(repo):
+    """The README's hook (`graphmem --lint >/dev/null`): git commit fails, and the reason reaches the terminal
+    through stderr (before: a silent failure), naming where, never the value."""
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text(f"'{sys.executable}' '{SERVER}' --lint >/dev/null\n")
+    hook.chmod(0o755)
+    path = repo / ".graphmem" / "memory.jsonl"
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    graph = entities(path)
+    graph["api"]["observations"].append(f"ci token: {token}")
+    write_graph(path, [(n, e["entityType"], e["observations"]) for n, e in graph.items()])
+    done = run(repo, "git", "commit", "-qam", "oops", check=False)
+    assert done.returncode != 0 and "secret-shaped text in" in done.stderr and "api: fact looks like a GitHub token" \
+        in done.stderr, done.stderr
+    assert token not in done.stderr + done.stdout

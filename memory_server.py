@@ -8273,6 +8273,11 @@ def projects_report(settings: Settings, env: dict[str, str]) -> str:
         here = " (here)" if project is not None and folder == project.private_path.parent else ""
         lines.append(f"  {data.get('identity', folder.name)}{here}: {state}; last path {paths[0]}"
                      + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""))
+        if project is not None and not here and counts and counts[1] and paths[0] == str(project.root) \
+                and not project.has_team and graph_file_facts(project.private_path) is None:
+            lines.append(f"    ^ last used at this work tree under another identity (a renamed remote?); this project "
+                         f"no longer reads it. To keep using it, move the files of {folder} (memory.jsonl, memory.db,"
+                         f" archive/) into {project.private_path.parent}")
     return "\n".join(lines)
 
 

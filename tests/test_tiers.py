@@ -521,3 +521,16 @@ def test_a_read_only_the_global_tier_answers_does_not_say_nothing_matched(tmp_pa
         assert "Try other words" not in text and "prefers tabs" in text
     both, = serve(shop, home, [("recall", {"query": "deploy manual"})])
     assert both.startswith("## deploy"), both  # the project answered: its own text, unchanged
+
+
+def test_projects_points_at_the_memory_a_renamed_remote_left_behind(tmp_path, home):
+    """The remote renamed (origin URL changed): the project is a new identity with no memory, and the old one
+    sits unread. --projects says which one was last used at this work tree and how to keep using it."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/old-name.git")
+    serve(shop, home, [remember("2026-03-01: deploy branch is main")])
+    git(shop, home, "remote", "set-url", "origin", "git@github.com:acme/new-name.git")
+    out = graphmem(shop, home, "--projects").stdout
+    assert "github.com/acme/old-name: 1 facts" in out and "renamed remote?" in out, out
+    assert "github.com-acme-new-name-" in out.split("renamed remote?")[1], out
+    serve(shop, home, [remember("2026-03-02: the api listens on 8080", "api")])
+    assert "renamed remote?" not in graphmem(shop, home, "--projects").stdout  # it has a memory of its own now

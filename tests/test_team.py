@@ -376,7 +376,8 @@ def test_a_merge_whose_driver_is_gone_is_merged_by_lint_fix_from_gits_three_side
     reports a conflict but leaves OURS as it was, without markers, so `git add` would silently drop theirs'
     facts. --lint says so; --lint --fix merges git's three index stages (a deletion on one side honoured)."""
     path = repo / ".graphmem" / "memory.jsonl"
-    run(repo, "git", "config", "merge.graphmem.driver", "/nonexistent/python3 /gone/memory_server.py --merge %O %A %B %P")
+    gone = "/nonexistent/python3 /gone/memory_server.py --merge %O %A %B %P"
+    run(repo, "git", "config", "merge.graphmem.driver", gone)
     branch(repo, "side", lambda graph, rels: graph["api"]["observations"].insert(1, "side fact"))
     graph = entities(path)
     graph["api"]["observations"].remove("listens on 8080")  # main deletes a fact and adds one

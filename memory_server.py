@@ -5266,6 +5266,14 @@ def tier_title(settings: Settings) -> str:
     return f"{TIER_NAMES[settings.tier]} of {project.root.name} ({where})"
 
 
+# Deletes that may name entities of both tiers: (the list argument, the entity an item of it acts on).
+TIER_SPLIT: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "delete_entities": ("entityNames", lambda name: name),
+    "delete_observations": ("deletions", lambda item: item["entityName"]),
+    "delete_relations": ("relations", lambda item: item["from"]),
+}
+
+
 def tier_entity_names(tool: str, args: dict[str, Any]) -> list[str]:
     """The entities a delete or edit call acts on, to find the graph they live in."""
     if tool == "delete_entities":
@@ -5382,7 +5390,9 @@ class Memory:
         """A call in a project: writes go to the project unless scope is "global"; reads span both graphs (the
         global one marked); deletes and edits act where the entity lives. None: run it on the project graph."""
         if name in ("create_entities", "add_observations", "create_relations"):
-            return self.global_memory(create=True).answer_tool(name, args, self.client) if scope == "global" else None
+            if scope == "global":
+                return self.global_memory(create=True).answer_tool(name, args, self.client)
+            return self._write_naming_global(name, args)
         other = self.global_memory(create=False)
         if other is None:  # no global memory yet: nothing to read alongside or to act on
             return None
@@ -5403,7 +5413,46 @@ class Memory:
         named = tier_entity_names(name, args)
         if named and all(other.fresh_graph().get(n) and not self.fresh_graph().get(n) for n in named):
             return other.answer_tool(name, args, self.client)
+        global_only = {n for n in named if other.fresh_graph().get(n) and not self.fresh_graph().get(n)}
+        if global_only and name in TIER_SPLIT:  # a delete naming entities of both tiers: each acts where it lives
+            return self._split_across_tiers(name, args, global_only, other)
         return None
+
+    def _write_naming_global(self, name: str, args: dict[str, Any]) -> tuple[Answer, bool] | None:
+        """A project write naming an entity only your global memory has (add_observations to it, a relation to
+        it): run here as usual, and when it was refused, say where that entity is and how to write there."""
+        other = self.global_memory(create=False)
+        if other is None or name == "create_entities":
+            return None
+        named = ([o.get("entityName") for o in args.get("observations") or []] if name == "add_observations" else
+                 [n for r in args.get("relations") or [] for n in (r.get("from"), r.get("to"))])
+        mine, theirs = self.fresh_graph(), other.fresh_graph()
+        elsewhere = list(dict.fromkeys(n for n in named if isinstance(n, str) and theirs.get(n) and not mine.get(n)))
+        if not elsewhere:
+            return None
+        answer, error = self._run_tool(TOOLS_BY_NAME[name], args)
+        if isinstance(answer, WriteResult) and (error or answer.of("refused")):
+            where = ", ".join(_q(n) for n in elsewhere[:5])
+            note = (f"{where} {'is' if len(elsewhere) == 1 else 'are'} in your global memory, not this project's: "
+                    "send the call with scope: \"global\" to write there (a relation links entities of one memory)")
+            if answer.error is not None:  # refused as a whole: the error is what is shown
+                answer.error += f"\n{note}"
+            else:
+                answer.add("note", "call", reason="global", detail=note)
+        return answer, error
+
+    def _split_across_tiers(self, name: str, args: dict[str, Any], global_only: set[str],
+                            other: "Memory") -> tuple[Answer, bool]:
+        """A delete naming entities of both tiers: the project's part here, the global part in the global graph,
+        its answer added as a note (one answer, one status: the project's)."""
+        key, entity_of = TIER_SPLIT[name]
+        here = [item for item in args[key] if entity_of(item) not in global_only]
+        there = [item for item in args[key] if entity_of(item) in global_only]
+        answer, error = self._run_tool(TOOLS_BY_NAME[name], {**args, key: here})
+        more, more_error = other.call_tool(name, {**args, key: there}, self.client)
+        if isinstance(answer, WriteResult):
+            answer.add("note", "call", reason="global", detail=f"In your global memory: {more}")
+        return answer, error or more_error
 
     def global_memory(self, create: bool) -> "Memory | None":
         """The global graph read alongside this project's graph; None without one (create: make it)."""
@@ -5433,10 +5482,18 @@ class Memory:
         elif name == "search_nodes" and not other.index.match_entities(args["query"]):
             return text, error
         more, more_error = other.call_tool(name, extra, self.client)
+        if name != "read_graph" and self._missed(args["query"]):  # "try other words" would mislead: global has it
+            text = f"Nothing in this project's memory matched {_q(args['query'], 60)}."
         combined = f"{text}\n{GLOBAL_HEADER}\n{more}"
         if more_error or (name == "recall" and estimate_tokens(combined) > budget):
             return text, error
         return combined, error
+
+    def _missed(self, query: str) -> bool:
+        """Nothing in this graph matches `query`, by name or by fact (what search_nodes and recall look at)."""
+        self.fresh_graph()
+        return not self.index.match_entities(query) and not self.index.rank_facts(query, self.lifecycle.strength,
+                                                                                  None).facts
 
     def _record_project(self) -> None:
         """Once per process, when a private project's folder exists (a write, or the savings ledger of a read
@@ -6224,7 +6281,10 @@ class Memory:
     def change(self, summary: str, change: Callable[[Transaction], Answer], use: bool = True) -> Answer:
         """Apply `change` as one call of its own (maintenance: --import, --compact, healing markers): the
         same lock, fresh read, atomic write and history as a tool's; use=False: not a day of use."""
-        return self._one_call(lambda: self._mutate(summary, change), use)
+        try:
+            return self._one_call(lambda: self._mutate(summary, change), use)
+        finally:  # a private project's first write may be an --import: its project.json finds it again later
+            self._record_project()
 
     def _one_call(self, run: Callable[[], Answer], use: bool = True) -> Answer:
         """Run one call (a tool, or a UI edit) under the lock; its answer ends with a note when memory.db
@@ -8168,6 +8228,9 @@ def merge_command(paths: list[str]) -> int:
     """Run the merge driver; exit 0 with a clean file (git then takes it), 2 on wrong arguments."""
     if len(paths) not in (3, 4):
         raise ConfigError("--merge needs BASE OURS THEIRS [PATH] (git passes %O %A %B %P)")
+    missing = [f"{role} {path}" for role, path in zip(("BASE", "OURS", "THEIRS"), paths) if not Path(path).is_file()]
+    if missing:  # git always passes three files (an empty BASE when both sides added the file): a typo, not a merge
+        raise ConfigError(f"--merge: no such file: {', '.join(missing)}; nothing was written")
     try:
         notes = merge_files(Path(paths[0]), Path(paths[1]), Path(paths[2]), paths[3] if len(paths) == 4 else None)
     except OSError as err:  # a full disk or a read-only work tree: OURS is untouched (atomic replace)
@@ -8191,6 +8254,49 @@ def merge_files(base_path: Path, ours_path: Path, theirs_path: Path, shown_as: s
         notes.append(f"{len(unreadable)} unreadable line(s) moved to {aside}")
     write_atomic(ours_path, serialise_graph(merged).encode("utf-8"))
     return notes
+
+
+def unmerged_sides(root: Path, rel: str) -> list[bytes] | None:
+    """BASE, OURS and THEIRS of a file git left unmerged (index stages 1-3; a missing stage is empty), or None
+    when the file is not unmerged (or git cannot say)."""
+    listed = git(root, "ls-files", "-u", "--", rel)
+    if not listed:
+        return None
+    stages = {line.split("\t")[0].split()[-1] for line in listed.splitlines()}
+    sides = []
+    for stage in ("1", "2", "3"):
+        done = subprocess.run(["git", "-C", str(root), "show", f":{stage}:{rel}"], capture_output=True, timeout=30) \
+            if stage in stages else None
+        sides.append(done.stdout if done is not None and done.returncode == 0 else b"")
+    return sides
+
+
+def heal_unmerged(memory: "Memory") -> list[str]:
+    """--lint --fix in a team tier git left unmerged (a clone whose merge driver is missing or could not run: the
+    file then holds ours only, or conflict markers): merge git's own three sides fact by fact, then layer on
+    whatever the work-tree file has beyond ours (a hand edit since). One change, through the usual write path."""
+    project = memory.settings.project
+    if memory.settings.tier != "team" or project is None:
+        return []
+    sides = unmerged_sides(project.root, f"{TEAM_DIR}/memory.jsonl")
+    if sides is None:
+        return []
+    base, ours, theirs = (parse_mergeable(side) for side in sides)
+    merged, notes = merge_graphs(base, ours, theirs)
+
+    def change(tx: Transaction) -> str:
+        heal_conflict_markers(tx.graph)
+        result, _ = merge_graphs(ours, merged, tx.graph)
+        for name in dict.fromkeys([e.name for e in tx.graph.entities] + [e.name for e in result.entities]):
+            tx.touch(name)
+        tx.touch_relations()
+        tx.graph.entities, tx.graph.relations = result.entities, result.relations
+        tx.graph.other_lines = result.other_lines
+        tx.graph.invalidate()
+        return "merged"
+    memory.change("merge the unmerged team file from git's three sides", change, use=False)
+    return [f"git left {TEAM_DIR}/memory.jsonl unmerged: merged its three sides fact by fact (both sides' new "
+            f"facts kept); mark it resolved: git add {TEAM_DIR}/memory.jsonl"] + [f"merge: {n}" for n in notes]
 
 
 # ── tiers on the command line: --projects, --init --move-private ──
@@ -8247,6 +8353,11 @@ def projects_report(settings: Settings, env: dict[str, str]) -> str:
         here = " (here)" if project is not None and folder == project.private_path.parent else ""
         lines.append(f"  {data.get('identity', folder.name)}{here}: {state}; last path {paths[0]}"
                      + (f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""))
+        if project is not None and not here and counts and counts[1] and paths[0] == str(project.root) \
+                and not project.has_team and graph_file_facts(project.private_path) is None:
+            lines.append(f"    ^ last used at this work tree under another identity (a renamed remote?); this project "
+                         f"no longer reads it. To keep using it, move the files of {folder} (memory.jsonl, memory.db,"
+                         f" archive/) into {project.private_path.parent}")
     return "\n".join(lines)
 
 
@@ -8355,8 +8466,25 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
         sections.insert(1, ("Your global pinned facts and rules", pinned_and_rules(other, other.fresh_graph())))
     if query:
         sections.insert(0, (f"Recall for {_q(query, 60)}", recall_lines(memory, query, budget // 2)))
-    head = f"graphmem memory for this project: {len(graph.entities)} entities, {graph.fact_count()} facts."
+    head = (f"graphmem memory for this project: {len(graph.entities)} entities, {graph.fact_count()} facts."
+            if memory.settings.project is not None or memory.settings.tier == "file" else
+            f"graphmem global memory (not in a git project): {len(graph.entities)} entities, "
+            f"{graph.fact_count()} facts.")
     memory.meta.last_briefing(record=True)
+    return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
+
+
+def global_briefing(settings: Settings, budget: int, query: str | None) -> str:
+    """The briefing of a project that has no memory of its own yet: the global tier's pinned facts and rules (and
+    a recall there for `query`). Nothing is written for the project (no private folder appears)."""
+    other = Memory(dataclasses.replace(settings, file_path=settings.global_path, global_path=None, tier="global"),
+                   "context")
+    graph = other.fresh_graph()
+    sections = [("Your global pinned facts and rules", pinned_and_rules(other, graph))]
+    if query:
+        sections.insert(0, (f"Recall for {_q(query, 60)} (global memory)", recall_lines(other, query, budget // 2)))
+    head = (f"graphmem: no memory for this project yet; your global memory: {len(graph.entities)} entities, "
+            f"{graph.fact_count()} facts.")
     return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
 
 
@@ -8532,6 +8660,21 @@ def parse_exported_entity(text: str) -> tuple[int, str, str, list[str], list[tup
     return position, name, etype, facts, relations
 
 
+def export_left_out(folder: Path, read: int) -> str:
+    """What an import of an --export folder leaves out, said in its answer: the archived facts (the import reads
+    the active facts only) and .md files --export did not write."""
+    files = sorted(folder.glob("*.md"))
+    archived = 0
+    for p in files:
+        section = None
+        for line in p.read_text(encoding="utf-8", errors="surrogateescape").split("\n"):
+            section = line[3:].strip() if line.startswith("## ") else section
+            archived += section == "Archived" and line.startswith("- ")
+    parts = [f"{archived} archived fact(s) left out (active facts only; they stay in the notes)"] if archived else []
+    parts += [f"{len(files) - read} other .md file(s) skipped (not written by --export)"] if len(files) > read else []
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def notes_as_facts(path: Path, text: str) -> tuple[str, list[str]]:
     """A CLAUDE.md / AGENTS.md style file: its bullet points, as facts of an entity named by its first heading
     (else the project folder's name)."""
@@ -8553,12 +8696,17 @@ def import_source(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tu
         in_file_order = sorted((order, name, rtype, alias, stem) for _, (_, name, _, _, rels) in parsed
                                for order, rtype, alias, stem in rels)
         relations = [(name, by_stem.get(stem, alias), rtype) for _, name, rtype, alias, stem in in_file_order]
-        return entities, relations, f"{len(parsed)} exported entity file(s)"
+        return entities, relations, f"{len(parsed)} exported entity file(s)" + export_left_out(path, len(parsed))
     data = path.read_bytes()
     if path.suffix in (".json", ".jsonl"):
         graph = parse_graph_bytes(data)
         return ([(e.name, e.entityType, e.observations) for e in graph.entities],
                 [r.key for r in graph.relations], "a reference-format graph")
+    exported = parse_exported_entity(data.decode("utf-8", errors="surrogateescape"))
+    if exported is not None:  # one note of an --export folder: that entity, not its lines as notes
+        _, name, etype, facts, rels = exported
+        return [(name, etype, facts)], [(name, alias, rtype) for _, rtype, alias, _ in sorted(rels)], \
+            f"the exported entity file {path.name}"
     name, facts = notes_as_facts(path, data.decode("utf-8", errors="replace"))
     return [(name, "project", list(dict.fromkeys(facts)))], [], f"the notes in {path.name}"
 
@@ -8567,7 +8715,7 @@ def import_into(memory: Memory, path: Path) -> str:
     """--import PATH: one transaction; new entities keep their facts as written (secrets and over-long facts
     refused), existing ones get new facts through the usual checks. Says what was added, skipped, refused."""
     entities, relations, what = import_source(path)
-    counts = {"entities": 0, "facts": 0, "relations": 0, "skipped": 0, "refused": 0}
+    counts = {"entities": 0, "facts": 0, "relations": 0, "skipped": 0, "refused": 0, "dangling": 0}
 
     def change(tx: Transaction) -> str:
         details = []
@@ -8595,7 +8743,10 @@ def import_into(memory: Memory, path: Path) -> str:
             counts["skipped"] += len(facts) - (tx.added - before_added) - (tx.refused - before_refused)
         existing = {r.key for r in tx.graph.relations}
         for key in relations:
-            if key in existing or tx.graph.get(key[0]) is None or tx.graph.get(key[1]) is None:
+            if tx.graph.get(key[0]) is None or tx.graph.get(key[1]) is None:
+                counts["dangling"] += 1
+                continue
+            if key in existing:
                 counts["skipped"] += 1
                 continue
             tx.touch_relations()
@@ -8604,7 +8755,9 @@ def import_into(memory: Memory, path: Path) -> str:
             counts["relations"] += 1
         head = (f"Imported {what}: {counts['entities']} new entities, {counts['facts']} facts, "
                 f"{counts['relations']} relations; {counts['skipped']} already there or duplicates, "
-                f"{counts['refused']} refused.")
+                f"{counts['refused']} refused."
+                + (f" {counts['dangling']} relation(s) to entities that do not exist left out." if counts["dangling"]
+                   else ""))
         return "\n".join([head] + details[:50])
     return memory.change(f"import {path.name}", change)
 
@@ -8668,6 +8821,7 @@ def lint_report(memory: Memory) -> str:
     if markers:
         lines.append(f"git conflict markers: {markers} (merged without the driver): --lint --fix heals the file "
                      "keeping both sides; graphmem --init registers the driver")
+    lines += team_driver_lint(memory.settings)
     secrets_found = secret_findings(graph)
     lines.append(f"secret-shaped text: {len(secrets_found)}" + (" (exit code 1: remove it before committing)"
                                                                 if secrets_found else ""))
@@ -8676,6 +8830,26 @@ def lint_report(memory: Memory) -> str:
     lines.append(embeddings_status(memory))
     lines.append("Read-only: the graph was not changed. --compact archives overflow and faded facts (guarded).")
     return "\n".join(lines)
+
+
+def team_driver_lint(settings: Settings) -> list[str]:
+    """A team tier in a clone where the merge driver is not registered (a teammate who never ran --init): git then
+    merges memory.jsonl line by line, with conflict markers. One git process, in --lint only."""
+    project = settings.project
+    if settings.tier != "team" or project is None:
+        return []
+    lines = []
+    if git(project.root, "ls-files", "-u", "--", f"{TEAM_DIR}/memory.jsonl"):
+        lines.append(f"git left {TEAM_DIR}/memory.jsonl unmerged (its merge driver is missing or failed): "
+                     "--lint --fix merges git's three sides, keeping both sides' facts")
+    driver = git(project.root, "config", "merge.graphmem.driver")
+    if not driver:
+        lines.append("merge driver: not registered in this clone, so git merges memory.jsonl line by line (with "
+                     "conflict markers): run graphmem --init once here")
+    elif not all(Path(part).exists() for part in shlex.split(driver)[:2] if os.path.isabs(part)):
+        lines.append(f"merge driver: its command is gone ({driver}), so a merge leaves theirs out of the file: "
+                     "run graphmem --init again here")
+    return lines
 
 
 def secret_findings(graph: Graph) -> list[str]:
@@ -8689,6 +8863,12 @@ def secret_findings(graph: Graph) -> list[str]:
                              f"credential ({kind})")
     found += [f"relation {short(r.frm, 30)} -> {short(r.to, 30)}: type looks like a credential "
               f"({looks_like_secret(r.relationType)})" for r in graph.relations if looks_like_secret(r.relationType)]
+    for number, raw in graph.unreadable:  # still in the file (and in a commit) until the next write moves them
+        kind = looks_like_secret(raw.decode("utf-8", errors="replace"))
+        if kind:
+            found.append(f"unreadable line {number}: looks like a credential ({kind})")
+    found += [f"a line of unknown type: looks like a credential ({looks_like_secret(line)})"
+              for line in graph.other_lines if looks_like_secret(line)]
     return found
 
 
@@ -9246,6 +9426,8 @@ def print_briefing(settings: Settings, budget: int, query: str | None, hook_json
     text = ""
     if settings.file_path.exists() and settings.file_path.stat().st_size > 0:
         text = briefing(Memory(settings, "context"), budget, query)
+    elif settings.global_path is not None and settings.global_path.exists() and settings.global_path.stat().st_size:
+        text = global_briefing(settings, budget, query)  # a project with no memory yet: your rules still hold
     if hook_json:
         print(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
                          if text else {}))
@@ -9283,6 +9465,9 @@ def init_command(move: bool) -> int:
         if counts and counts[1]:
             print(f"This project has a private memory ({counts[1]} facts, {settings.project.private_path}), not read "
                   "while .graphmem/ exists: graphmem --init --move-private moves it into the team tier.")
+    if os.environ.get("MEMORY_FILE_PATH", "").strip():
+        print(f"Note: MEMORY_FILE_PATH is set here ({os.environ['MEMORY_FILE_PATH'].strip()}): a server started with "
+              f"it uses that one file, not {TEAM_DIR}/memory.jsonl; unset it (and in your client's config) to share.")
     print("Commit .graphmem/ and .gitattributes; each teammate runs `graphmem --init` once after cloning "
           "(it registers the merge driver in their .git/config). Pre-commit check: graphmem --lint.")
     return 0
@@ -9329,7 +9514,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --context: print the briefing as a hook's JSON (hookSpecificOutput.additionalContext)")
     p.add_argument("--context", action="store_true",
                    help="print a session-start briefing (pinned facts and rules, what changed, most used)")
-    p.add_argument("--budget", type=int, default=CONTEXT_BUDGET, metavar="N",
+    p.add_argument("--budget", type=int, metavar="N",
                    help=f"with --context: at most N tokens (default {CONTEXT_BUDGET})")
     p.add_argument("--query", metavar="TEXT", help="with --context: add a recall for this task")
     p.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),
@@ -9348,27 +9533,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Options that only mean something beside another: alone, graphmem would quietly start the stdio server and wait
-# for JSON-RPC on a terminal (`graphmem --dry-run` looked like a hang).
-COMPANION_FLAGS = (("tls_cert", "--tls-cert", "http"), ("tls_key", "--tls-key", "http"),
-                   ("allow_origin", "--allow-origin", "http"), ("allow_host", "--allow-host", "http"),
-                   ("no_open", "--no-open", "ui"), ("demo", "--demo", "ui"),
-                   ("dry_run", "--dry-run", "compact"), ("all", "--all", "compact"))
+# Options that only mean something beside another one: (dest, its flag, the option it goes with, that option's
+# dest). Alone, they used to fall through to serving MCP on stdio, which in a terminal looks like a hang.
+COMPANION_OPTIONS = (("hooks", "--hooks", "--config CLIENT", "config"),
+                     ("hook_json", "--hook-json", "--context", "context"),
+                     ("query", "--query", "--context", "context"), ("budget", "--budget", "--context", "context"),
+                     ("fix", "--fix", "--lint", "lint"), ("dry_run", "--dry-run", "--compact", "compact"),
+                     ("all", "--all", "--compact", "compact"),
+                     ("tls_cert", "--tls-cert", "--http 8000", "http"), ("tls_key", "--tls-key", "--http 8000", "http"),
+                     ("allow_origin", "--allow-origin", "--http 8000", "http"),
+                     ("allow_host", "--allow-host", "--http 8000", "http"),
+                     ("no_open", "--no-open", "--ui", "ui"), ("demo", "--demo", "--ui", "ui"))
 
 
-def refuse_orphan_flags(args: argparse.Namespace) -> None:
-    """ConfigError for an option given without the one it belongs to (COMPANION_FLAGS)."""
-    for dest, flag, parent in COMPANION_FLAGS:
-        value, owner = getattr(args, dest, None), getattr(args, parent, None)
-        if value not in (None, False, []) and (owner is None or owner is False):  # --ui 0 is given
-            example = {"http": " 8000", "ui": ""}.get(parent, "")
-            raise ConfigError(f"{flag} goes with --{parent}, e.g. graphmem --{parent}{example} {flag}")
+def refuse_lone_companions(args: argparse.Namespace) -> None:
+    """A ConfigError for an option given without the one it belongs to (e.g. --hooks without --config CLIENT)."""
+    for dest, flag, partner, partner_dest in COMPANION_OPTIONS:
+        value, owner = getattr(args, dest, None), getattr(args, partner_dest, None)
+        if value not in (None, False, []) and (owner is None or owner is False):  # --ui 0 is given (0 == False)
+            raise ConfigError(f"{flag} goes with {partner.split()[0]} (graphmem {partner} {flag}); "
+                              "alone it does nothing")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        refuse_orphan_flags(args)
+        refuse_lone_companions(args)
         if args.protocol:
             sys.stdout.write(protocol_text())
             return 0
@@ -9393,7 +9583,8 @@ def main(argv: list[str] | None = None) -> int:
             print(projects_report(settings, dict(os.environ)))
             return 0
         if args.context:
-            return print_briefing(settings, args.budget, args.query, args.hook_json)
+            return print_briefing(settings, CONTEXT_BUDGET if args.budget is None else args.budget, args.query,
+                                  args.hook_json)
         if args.export or args.import_path:
             return markdown_command(settings, args.export, args.import_path)
         if args.ui is not None:
@@ -9404,15 +9595,24 @@ def main(argv: list[str] | None = None) -> int:
             memory = Memory(settings, "cli")
             if args.probe or args.probes or args.remove_probe:
                 return manage_probes(memory, args)
-            if args.lint and args.fix:
+            unmerged = heal_unmerged(memory) if args.lint and args.fix else []
+            for line in unmerged:
+                print(line)
+            if args.lint and args.fix and not unmerged:
                 before = memory.store.read()
                 markers = sum(1 for _, raw in before.unreadable if CONFLICT_MARKER.match(raw))
                 memory.change("heal conflict markers", lambda tx: "healed")
-                print(f"healed {markers} conflict marker line(s); both sides' facts kept" if markers
+                staged = (f"; mark it resolved: git add {TEAM_DIR}/memory.jsonl"
+                          if markers and settings.tier == "team" else "")
+                print(f"healed {markers} conflict marker line(s); both sides' facts kept{staged}" if markers
                       else "nothing to fix")
             if args.lint:
                 print(lint_report(memory))
-                return 1 if secret_findings(memory.fresh_graph()) else 0
+                found = secret_findings(memory.fresh_graph())
+                if found:  # on stderr too: a pre-commit hook sends stdout to /dev/null, and must still say why
+                    log(f"secret-shaped text in {memory.store.path}: {'; '.join(found[:5])}"
+                        + (f" (+{len(found) - 5} more)" if len(found) > 5 else "") + ". Remove it before committing.")
+                return 1 if found else 0
             if args.report:
                 print(report(memory))
                 return 0

@@ -102,9 +102,31 @@ def test_export_then_import_gives_the_same_graph_byte_for_byte(tmp_path):
     assert done.returncode == 0 and "3 new entities" in done.stdout, done.stdout + done.stderr
     assert target.read_bytes() == source.read_bytes().replace(
         b'{"type":"relation","from":"Alice","to":"ghost","relationType":"knows"}\n', b"")
+    assert "1 relation(s) to entities that do not exist left out" in done.stdout, done.stdout
     again = cli(target, "--import", str(out))
     assert "0 new entities, 0 facts, 0 relations" in again.stdout
     assert target.read_bytes().count(b'"name":"Alice"') == 1
+
+
+def test_import_of_an_export_says_what_it_left_out(tmp_path):
+    """Archived facts are exported (their own section) but not imported, and a vault holds other notes too:
+    the import's answer counts both instead of leaving them out in silence."""
+    source = tmp_path / "a" / "memory.jsonl"
+    source.parent.mkdir()
+    write_graph(source, [("api", "service", ["written in Go"])])
+    archive = source.parent / "archive"
+    archive.mkdir()
+    ms.GraphStore(ms.Settings(file_path=source)).write_archive("api", [
+        ms.ArchivedFact("2025-01-01: ran on Python 2", "over cap", "2026-01-01 09:00 UTC")])
+    out = tmp_path / "vault"
+    assert cli(source, "--export", "markdown", str(out)).returncode == 0
+    assert "## Archived" in (out / "api.md").read_text(encoding="utf-8")
+    (out / "Daily note.md").write_text("# today\n- bought milk\n", encoding="utf-8")
+    target = tmp_path / "b" / "memory.jsonl"
+    target.parent.mkdir()
+    done = cli(target, "--import", str(out))
+    assert "1 archived fact(s) left out" in done.stdout and "1 other .md file(s) skipped" in done.stdout, done.stdout
+    assert "milk" not in target.read_text(encoding="utf-8")
 
 
 def test_import_of_a_reference_graph_merges_without_duplicating(tmp_path):
@@ -170,6 +192,29 @@ def test_hooks_for_a_client_without_a_session_hook_say_so(used_graph):
     assert done.returncode == 1 and done.stdout == "" and "no session hook for cursor" in done.stderr
 
 
+@pytest.mark.parametrize("args", [["--hooks"], ["--hook-json"], ["--budget", "300"], ["--query", "deploy"],
+                                  ["--fix"], ["--dry-run"], ["--all"]])
+def test_an_option_without_the_one_it_goes_with_is_refused_not_a_silent_server(used_graph, args):
+    """`graphmem --hooks` (without --config CLIENT) used to start the stdio server: in a terminal, a hang."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(used_graph.parent),
+           "MEMORY_FILE_PATH": str(used_graph)}
+    done = subprocess.run([sys.executable, str(SERVER), *args], input="", capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert f"{args[0]} goes with --" in done.stderr and "on stdio" not in done.stderr
+
+
+def test_the_briefing_outside_a_project_says_it_is_the_global_memory(tmp_path):
+    home = tmp_path / "home"
+    graph = home / ".local" / "share" / "graphmem" / "memory.jsonl"
+    graph.parent.mkdir(parents=True)
+    write_graph(graph, [("me", "person", ["prefers tabs"])])
+    done = subprocess.run([sys.executable, str(SERVER), "--context"], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}, timeout=60)
+    assert done.stdout.startswith("graphmem global memory (not in a git project): 1 entities"), done.stdout
+    assert "this project" not in done.stdout
+
+
 def test_the_hook_json_of_an_empty_memory_is_an_empty_object(tmp_path):
     done = cli(tmp_path / "memory.jsonl", "--context", "--hook-json")
     assert done.returncode == 0 and json.loads(done.stdout) == {}
@@ -230,3 +275,22 @@ def test_changes_lists_writes_archives_deletes_and_renames_with_their_time(tmp_p
         assert "changes" in tools
     finally:
         server.close()
+
+
+def test_import_of_one_exported_note_reads_it_as_that_entity(tmp_path):
+    """A single note of an --export folder: its entity with its type and facts, its relations where their
+    targets exist; before, it was read as a CLAUDE.md (type "project", wiki links and archive comments as facts)."""
+    source = tmp_path / "a" / "memory.jsonl"
+    source.parent.mkdir()
+    write_graph(source, [("api", "service", ["written in Go"]), ("db", "database", ["Postgres 16"])],
+                [("api", "db", "reads from")])
+    out = tmp_path / "vault"
+    assert cli(source, "--export", "markdown", str(out)).returncode == 0
+    target = tmp_path / "b" / "memory.jsonl"
+    target.parent.mkdir()
+    write_graph(target, [("db", "database", ["Postgres 16"])])
+    done = cli(target, "--import", str(out / "api.md"))
+    assert done.returncode == 0 and "1 new entities, 1 facts, 1 relations" in done.stdout, done.stdout
+    lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert {"type": "entity", "name": "api", "entityType": "service", "observations": ["written in Go"]} in lines
+    assert {"type": "relation", "from": "api", "to": "db", "relationType": "reads from"} in lines

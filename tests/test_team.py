@@ -93,6 +93,13 @@ def test_init_is_idempotent_and_sets_up_git(repo):
     assert (repo / ".gitattributes").read_text() == attributes
 
 
+def test_init_with_memory_file_path_set_says_servers_will_not_use_the_team_file(repo):
+    """--init ignores MEMORY_FILE_PATH, but a server started with it keeps using that one file: said, not silent."""
+    done = run(repo, sys.executable, str(SERVER), "--init", MEMORY_FILE_PATH=str(repo.parent / "mine.jsonl"))
+    assert "MEMORY_FILE_PATH is set here" in done.stdout and "not .graphmem/memory.jsonl" in done.stdout
+    assert "MEMORY_FILE_PATH" not in graphmem(repo, "--init").stdout
+
+
 def test_init_outside_a_repository_is_a_clear_error(tmp_path):
     lonely = tmp_path / "lonely"
     lonely.mkdir()
@@ -176,6 +183,28 @@ def test_a_file_merged_without_the_driver_is_healed_keeping_both_sides(repo):
     assert not path.with_name("memory.jsonl.unreadable").exists()
 
 
+def test_a_clone_without_the_driver_is_told_by_lint_and_the_fix_says_how_to_mark_it_resolved(repo, tmp_path):
+    """A teammate who cloned but never ran --init: git merges memory.jsonl line by line. --lint says the driver
+    is missing; --lint --fix heals the real conflict and says to `git add` the file; --init silences the line."""
+    clone = tmp_path / "clone"
+    run(tmp_path, "git", "clone", "-q", str(repo), str(clone))
+    assert "merge driver: not registered" in graphmem(clone, "--lint").stdout
+    assert "merge driver" not in graphmem(repo, "--lint").stdout  # --init registered it there
+    path = clone / ".graphmem" / "memory.jsonl"
+    run(clone, "git", "checkout", "-q", "-b", "side")
+    path.write_text(path.read_text(encoding="utf-8").replace('"written in Go"', '"written in Go", "side fact"'))
+    run(clone, "git", "commit", "-qam", "side")
+    run(clone, "git", "checkout", "-q", "main")
+    path.write_text(path.read_text(encoding="utf-8").replace('"written in Go"', '"written in Go", "main fact"'))
+    run(clone, "git", "commit", "-qam", "main")
+    assert run(clone, "git", "merge", "side", check=False).returncode != 0  # a real line conflict
+    fixed = graphmem(clone, "--lint", "--fix")
+    assert "git add .graphmem/memory.jsonl" in fixed.stdout, fixed.stdout
+    assert {"main fact", "side fact"} <= set(entities(path)["api"]["observations"])
+    graphmem(clone, "--init")
+    assert "merge driver: not registered" not in graphmem(clone, "--lint").stdout
+
+
 def test_conflict_markers_are_healed_by_the_next_write_too(repo):
     path = repo / ".graphmem" / "memory.jsonl"
     a = json.dumps({"type": "entity", "name": "api", "entityType": "service", "observations": ["one"]})
@@ -220,6 +249,21 @@ def test_lint_fails_a_pre_commit_check_when_the_team_file_holds_a_secret(repo):
     done = graphmem(repo, "--lint", check=False)
     assert done.returncode == 1 and "secret-shaped text: 1" in done.stdout
     assert "ghp_" not in done.stdout
+
+
+def test_lint_fails_when_a_secret_sits_in_an_unreadable_or_unknown_line(repo):
+    """A hand edit that broke a line (or a line of a type graphmem does not know) is still in the file git
+    commits: a token there fails the pre-commit check too, without printing it."""
+    path = repo / ".graphmem" / "memory.jsonl"
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    clean = path.read_bytes()
+    path.write_bytes(clean + b'\n{"type":"entity","name":"ci","observations":["' + token.encode() + b'"]')  # cut off
+    done = graphmem(repo, "--lint", check=False)
+    assert done.returncode == 1 and "unreadable line 4: looks like a credential (GitHub token)" in done.stdout, done.stdout
+    assert token not in done.stdout
+    path.write_bytes(clean + b'\n{"type":"note","text":"' + token.encode() + b'"}')
+    done = graphmem(repo, "--lint", check=False)
+    assert done.returncode == 1 and "a line of unknown type: looks like a credential (GitHub token)" in done.stdout, done.stdout
 
 
 def test_local_files_stay_out_of_git(repo):
@@ -315,3 +359,56 @@ def test_a_merge_that_cannot_write_leaves_ours_as_it_was(tmp_path):
     assert "cannot write the merged" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert ours.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "ours", "theirs"]
+
+
+def test_merge_with_a_missing_file_is_refused_and_writes_nothing(tmp_path):
+    """By hand, a typo in a path used to "merge" into a new empty OURS file and exit 0."""
+    base, theirs = tmp_path / "base", tmp_path / "theirs"
+    write_graph(base, [("api", "service", ["a"])])
+    write_graph(theirs, [("api", "service", ["a", "b"])])
+    done = graphmem(tmp_path, "--merge", str(base), str(tmp_path / "ourz"), str(theirs), check=False)
+    assert done.returncode == 2 and f"OURS {tmp_path / 'ourz'}" in done.stderr, done.stderr
+    assert not (tmp_path / "ourz").exists()
+
+
+def test_a_merge_whose_driver_is_gone_is_merged_by_lint_fix_from_gits_three_sides(repo):
+    """The driver registered by --init points at a checkout that moved (or a graphmem since uninstalled): git
+    reports a conflict but leaves OURS as it was, without markers, so `git add` would silently drop theirs'
+    facts. --lint says so; --lint --fix merges git's three index stages (a deletion on one side honoured)."""
+    path = repo / ".graphmem" / "memory.jsonl"
+    gone = "/nonexistent/python3 /gone/memory_server.py --merge %O %A %B %P"
+    run(repo, "git", "config", "merge.graphmem.driver", gone)
+    branch(repo, "side", lambda graph, rels: graph["api"]["observations"].insert(1, "side fact"))
+    graph = entities(path)
+    graph["api"]["observations"].remove("listens on 8080")  # main deletes a fact and adds one
+    graph["api"]["observations"].insert(1, "main fact")
+    write_graph(path, [(n, e["entityType"], e["observations"]) for n, e in graph.items()], sorted(relations(path)))
+    run(repo, "git", "commit", "-qam", "main")
+    assert run(repo, "git", "merge", "side", check=False).returncode != 0
+    assert "side fact" not in path.read_text(encoding="utf-8") and "<<<<" not in path.read_text(encoding="utf-8")
+    lint = graphmem(repo, "--lint").stdout
+    assert "unmerged" in lint and "its command is gone" in lint, lint
+    fixed = graphmem(repo, "--lint", "--fix")
+    assert "merged its three sides" in fixed.stdout and "git add .graphmem/memory.jsonl" in fixed.stdout
+    facts = entities(path)["api"]["observations"]
+    assert facts == ["written in Go", "main fact", "2026-01-05: moved to Postgres 16", "side fact"], facts
+    run(repo, "git", "add", ".graphmem/memory.jsonl")
+    run(repo, "git", "commit", "-qm", "merged")
+    assert "unmerged" not in graphmem(repo, "--lint").stdout
+
+
+def test_a_real_pre_commit_hook_refuses_a_secret_and_says_why_with_stdout_discarded(repo):
+    """The README's hook (`graphmem --lint >/dev/null`): git commit fails, and the reason reaches the terminal
+    through stderr (before: a silent failure), naming where, never the value."""
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text(f"'{sys.executable}' '{SERVER}' --lint >/dev/null\n")
+    hook.chmod(0o755)
+    path = repo / ".graphmem" / "memory.jsonl"
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    graph = entities(path)
+    graph["api"]["observations"].append(f"ci token: {token}")
+    write_graph(path, [(n, e["entityType"], e["observations"]) for n, e in graph.items()])
+    done = run(repo, "git", "commit", "-qam", "oops", check=False)
+    assert done.returncode != 0 and "secret-shaped text in" in done.stderr and "api: fact looks like a credential (GitHub token)" \
+        in done.stderr, done.stderr
+    assert token not in done.stderr + done.stdout

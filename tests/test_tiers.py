@@ -434,3 +434,103 @@ def test_the_session_briefing_of_a_project_names_the_global_rules_too(tmp_path, 
     assert len(out) <= 400 * 4
     elsewhere = graphmem(tmp_path, home, "--context")  # outside any project: global only, said once
     assert "prefers small commits" in elsewhere.stdout and "Your global pinned" not in elsewhere.stdout
+
+
+def test_a_private_memory_first_written_by_import_survives_the_first_commit(tmp_path, home):
+    """--import is a write like a tool's: it records project.json, so the memory it filed by path is found again
+    once the repository has a root commit (before the fix: orphaned, `--projects` said "last path ?")."""
+    shop = repo(home, tmp_path / "shop", commit=False)
+    notes = tmp_path / "CLAUDE.md"
+    notes.write_text("# shop conventions\n- run make test before pushing\n")
+    done = graphmem(shop, home, "--import", str(notes))
+    assert done.returncode == 0 and "1 new entities" in done.stdout, done.stderr
+    (shop / "a.txt").write_text("a")
+    git(shop, home, "add", "-A")
+    git(shop, home, "commit", "-qm", "first")
+    recall, = serve(shop, home, [("recall", {"query": "make test before pushing"})])
+    assert "run make test before pushing" in recall
+    assert "last path ?" not in graphmem(shop, home, "--projects").stdout
+
+
+def test_a_project_with_no_memory_yet_still_gets_the_global_rules_at_session_start(tmp_path, home):
+    """--context in a new project used to print nothing (exit 0) although your global rules hold there too;
+    it prints them and creates nothing for the project."""
+    somewhere = repo(home, tmp_path / "old", "git@github.com:acme/old.git")
+    serve(somewhere, home, [("create_entities", {"entities": [{"name": "my style", "entityType": "convention",
+                                                               "observations": ["prefers small commits"]}],
+                                                 "scope": "global"})])
+    fresh = repo(home, tmp_path / "fresh", "git@github.com:acme/fresh.git")
+    before = sorted(p.name for p in (data_dir(home) / "projects").iterdir()) \
+        if (data_dir(home) / "projects").exists() else []
+    done = graphmem(fresh, home, "--context", "--budget", "200")
+    assert done.returncode == 0 and "no memory for this project yet" in done.stdout, done.stdout + done.stderr
+    assert "prefers small commits" in done.stdout and ms.estimate_tokens(done.stdout.rstrip("\n")) <= 200
+    hook = json.loads(graphmem(fresh, home, "--context", "--hook-json").stdout)
+    assert "prefers small commits" in hook["hookSpecificOutput"]["additionalContext"]
+    after = sorted(p.name for p in (data_dir(home) / "projects").iterdir()) \
+        if (data_dir(home) / "projects").exists() else []
+    assert after == before  # nothing was created for the fresh project
+
+
+def test_a_delete_naming_entities_of_both_tiers_deletes_each_where_it_lives(tmp_path, home):
+    """delete_entities / delete_observations naming a project entity and a global one: both go (before: the global
+    one was "Not found" although every read showed it)."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    facts, deleted, gone = serve(shop, home, [
+        remember("2026-03-01: deploy branch is main"), remember("likes green tea", "me", scope="global"),
+        ("create_entities", {"entities": [{"name": "tools", "entityType": "note",
+                                           "observations": ["uses vim", "uses zsh"]}], "scope": "global"}),
+        ("delete_observations", {"deletions": [{"entityName": "deploy", "observations": ["2026-03-01: deploy "
+                                                                                        "branch is main"]},
+                                               {"entityName": "tools", "observations": ["uses zsh"]}]}),
+        ("delete_entities", {"entityNames": ["deploy", "me"]}),
+        ("read_graph", {})])[3:]
+    assert "In your global memory: tools: -1" in facts, facts
+    assert "Not found" not in deleted and "In your global memory: Deleted 1 entities" in deleted, deleted
+    assert "deploy (" not in gone and "me (" not in gone and "tools (1)" in gone, gone
+
+
+def test_a_project_write_to_a_global_entity_says_to_send_scope_global(tmp_path, home):
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    serve(shop, home, [remember("likes green tea", "me", scope="global"), remember("2026-03-01: deploy is manual")])
+    requests = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add_observations", "arguments": {
+            "observations": [{"entityName": "me", "contents": ["drinks it at 4 pm"]}]}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "create_relations", "arguments": {
+            "relations": [{"from": "me", "to": "deploy", "relationType": "runs"}]}}}]
+    done = subprocess.run([sys.executable, str(SERVER)], input="".join(json.dumps(r) + "\n" for r in requests),
+                          capture_output=True, text=True, cwd=shop, env=env_for(home), timeout=60)
+    replies = {r["id"]: r["result"] for r in map(json.loads, done.stdout.splitlines())}
+    for i in (1, 2):
+        text = replies[i]["content"][0]["text"]
+        assert '"me" is in your global memory' in text and 'scope: "global"' in text, text
+    assert replies[1]["isError"]
+    assert "drinks it" not in (data_dir(home) / "memory.jsonl").read_text()  # nothing written anywhere
+
+
+def test_a_read_only_the_global_tier_answers_does_not_say_nothing_matched(tmp_path, home):
+    """recall / search_nodes that only the global tier answers: the project part says so in one line, not
+    "nothing matched ... try other words" above the global facts that did match."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    recall, search = serve(shop, home, [remember("2026-03-01: deploy is manual"),
+                                        remember("prefers tabs over spaces", "me", scope="global"),
+                                        ("recall", {"query": "tabs"}), ("search_nodes", {"query": "tabs"})])[2:]
+    for text in (recall, search):
+        assert text.startswith("Nothing in this project's memory matched \"tabs\".\n== global memory"), text
+        assert "Try other words" not in text and "prefers tabs" in text
+    both, = serve(shop, home, [("recall", {"query": "deploy manual"})])
+    assert both.startswith("## deploy"), both  # the project answered: its own text, unchanged
+
+
+def test_projects_points_at_the_memory_a_renamed_remote_left_behind(tmp_path, home):
+    """The remote renamed (origin URL changed): the project is a new identity with no memory, and the old one
+    sits unread. --projects says which one was last used at this work tree and how to keep using it."""
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/old-name.git")
+    serve(shop, home, [remember("2026-03-01: deploy branch is main")])
+    git(shop, home, "remote", "set-url", "origin", "git@github.com:acme/new-name.git")
+    out = graphmem(shop, home, "--projects").stdout
+    assert "github.com/acme/old-name: 1 facts" in out and "renamed remote?" in out, out
+    assert "github.com-acme-new-name-" in out.split("renamed remote?")[1], out
+    serve(shop, home, [remember("2026-03-02: the api listens on 8080", "api")])
+    assert "renamed remote?" not in graphmem(shop, home, "--projects").stdout  # it has a memory of its own now

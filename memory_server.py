@@ -119,6 +119,7 @@ class Project:
 
     @property
     def team_path(self) -> Path:
+        """Where the project's team memory lives (.graphmem/memory.jsonl), whether or not it exists yet."""
         return self.root / TEAM_DIR / "memory.jsonl"
 
     @property
@@ -1490,6 +1491,8 @@ def db_text(text: str) -> str:
 
 @dataclasses.dataclass
 class FactState:
+    """What memory.db keeps per fact: when it was created and last used, uses, stability (hours), importance, pinned,
+    and the client that wrote it."""
     created: float
     last_used: float
     uses: int = 0
@@ -1513,6 +1516,7 @@ class ActivityClock:
     now: float
 
     def active_hours_since(self, when: float) -> float:
+        """Hours of use since `when`: 24 for each day the graph was used after it, nothing for days away."""
         first, today = int(when // DAY_SECONDS), int(self.now // DAY_SECONDS)
         if today <= first:
             return 0.0
@@ -1714,6 +1718,7 @@ class MetaStore:
                     self.conn.execute("PRAGMA synchronous=OFF")
 
     def state(self, entity: str, text: str) -> FactState:
+        """A fact's state, made fresh (created now) the first time it is asked for."""
         key = (db_text(entity), db_text(text))
         if key not in self.states:
             now = self.now()
@@ -1722,6 +1727,7 @@ class MetaStore:
 
     @best_effort()
     def save_states(self, keys: Iterable[tuple[str, str]], durable: bool = False) -> None:
+        """Write the states of `keys` to memory.db (durable: synced, for pins)."""
         rows = []
         for entity, text in keys:
             s = self.state(entity, text)
@@ -1845,6 +1851,7 @@ class MetaStore:
 
     @best_effort(list)
     def probes(self) -> list[tuple[str, str, str, str]]:
+        """Every probe: (query, entity, fact, source), oldest first."""
         return list(self.conn.execute("SELECT query, entity, fact, source FROM probes ORDER BY id"))
 
     def probe_rows(self) -> list[tuple[int, str, str, str, str]]:
@@ -1860,6 +1867,7 @@ class MetaStore:
     # ── history ──
     @best_effort()
     def record_history(self, client: str | None, summary: str, changes: dict[str, Any]) -> None:
+        """One change in the history that undo and the UI read (who, what, the before and after)."""
         with self.write():  # not synced: undo history may lose its last entries to a power cut, never facts
             self.conn.execute("INSERT INTO history(ts, client, summary, changes) VALUES (?,?,?,?)",
                               (time.time(), db_text(client) if client else None, db_text(summary), json.dumps(changes)))
@@ -1883,6 +1891,7 @@ class MetaStore:
 
     @best_effort(list)
     def history(self, limit: int) -> list[tuple[int, float, str | None, str, int]]:
+        """The newest `limit` changes: (id, time, client, summary, undone)."""
         return list(self.conn.execute(
             "SELECT id, ts, client, summary, undone FROM history ORDER BY id DESC LIMIT ?", (limit,)))
 
@@ -1904,6 +1913,7 @@ class MetaStore:
 
     @best_effort()
     def save_vectors(self, model: str, rows: list[tuple[str, array.array]]) -> None:
+        """Cache fact vectors of `model` (fact hash, vector) in memory.db."""
         with self.write():
             self.conn.executemany("INSERT OR REPLACE INTO embeddings(fact, model, dim, vector) VALUES (?,?,?,?)",
                                   [(fact, model, len(vec), vec.tobytes()) for fact, vec in rows])
@@ -1979,6 +1989,7 @@ _SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "e
 
 
 def tokenize(text: str) -> list[str]:
+    """Lower-cased words of a text: runs of letters and digits (underscores and punctuation split words)."""
     return _WORD.findall(text.lower())
 
 
@@ -2114,6 +2125,7 @@ class WordTable:
 
     @property
     def available(self) -> bool:
+        """Whether the word table file could be read and has query-side entries."""
         return bool(self.sections().get("query"))
 
     def header(self) -> str:
@@ -2242,12 +2254,14 @@ def _word_features(word: str) -> list[tuple[int, float]]:
 
 
 def cosine(a: dict[int, float], b: dict[int, float]) -> float:
+    """Cosine of two sparse vectors that are already unit length (the hashing embedder's)."""
     if len(a) > len(b):
         a, b = b, a
     return sum(v * b.get(k, 0.0) for k, v in a.items())
 
 
 def short(text: str, limit: int = 160) -> str:
+    """A text on one line, cut with an ellipsis past `limit` characters."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
@@ -2323,6 +2337,7 @@ class EmbeddingClient:
         self._opener = urllib.request.build_opener(*handlers)
 
     def available(self) -> bool:
+        """Whether the endpoint may be called now (not within EMBED_BACKOFF of a failure)."""
         return not self.problem or time.monotonic() - self.failed_at >= EMBED_BACKOFF
 
     def embed(self, texts: list[str], timeout: float) -> list[array.array]:
@@ -2443,6 +2458,7 @@ class EntityDoc:
 
     @classmethod
     def build(cls, entity: Entity, rel_types: list[str]) -> "EntityDoc":
+        """The index's view of one entity: stems of its name, type and facts, and the blob substring search reads."""
         fact_stems = [stems_line(o) for o in entity.observations]
         blob = "\n".join([entity.name, entity.entityType, *entity.observations]).lower()
         return cls(entity.name, entity.entityType, stems_line(f"{entity.name} {entity.entityType}").split(),
@@ -2551,6 +2567,7 @@ def table_phrases(tokens: list[str]) -> list[tuple[str, str]]:
 
 @dataclasses.dataclass
 class ScoredFact:
+    """A fact with its score from rank_facts, and which query words it matched."""
     entity: str
     text: str
     score: float
@@ -2562,6 +2579,7 @@ class ScoredFact:
 
 @dataclasses.dataclass
 class Ranking:
+    """What rank_facts found: the best candidate facts, the query's terms, and how many facts matched at all."""
     facts: list[ScoredFact]    # the best candidates, best first
     terms: list[Term]
     total: int                 # every fact that matched at least one term
@@ -2602,6 +2620,7 @@ class PrefixIndex:
         self._sorted = True
 
     def add(self, word: str, ident: int) -> None:
+        """Index `ident` under `word`."""
         bucket = self.postings.get(word)
         if bucket is None:
             bucket = self.postings[word] = set()
@@ -2609,11 +2628,13 @@ class PrefixIndex:
         bucket.add(ident)
 
     def discard(self, word: str, ident: int) -> None:
+        """Remove `ident` from `word`'s postings."""
         bucket = self.postings.get(word)
         if bucket is not None:
             bucket.discard(ident)
 
     def words_with_prefix(self, prefix: str) -> Iterator[str]:
+        """The indexed words that start with `prefix`, in sorted order."""
         if not self._sorted:
             self._vocab = sorted(self.postings)
             self._sorted = True
@@ -2664,6 +2685,7 @@ class SearchIndex:
         return self.len_total / self.fact_total if self.fact_total else 1.0
 
     def refresh(self, graph: Graph, generation: int) -> None:
+        """Bring the index up to `graph` at `generation`: only entities that changed are re-indexed."""
         if generation == self._generation:
             return
         rel_types: dict[str, list[str]] = {}
@@ -2727,6 +2749,7 @@ class SearchIndex:
             self.len_total -= doc.fact_lens[i]
 
     def vector(self, entity: str, text: str) -> dict[int, float]:
+        """The hashing embedder's vector of one fact, cached by (entity, text)."""
         key = (entity, text)
         vec = self._vectors.get(key)
         if vec is None:
@@ -2922,6 +2945,7 @@ class SearchIndex:
         return Ranking(scored, terms, len(acc), weak, unranked, wanted)
 
     def docs_named(self, name: str) -> list[EntityDoc]:
+        """The indexed entities with exactly this name (more than one only in a hand-edited file)."""
         if self._named_generation != self._generation:
             self._named = {}
             for doc in self.docs:
@@ -2950,6 +2974,7 @@ class SearchIndex:
 
     # ── entity matching (search_nodes): every term must match somewhere ──
     def match_entities(self, query: str) -> list[EntityDoc]:
+        """search_nodes' matches: entities where every query word occurs in a name, type, fact or relation type."""
         words = query_words(query)
         return [d for d in self.docs if all(w in d.blob or w in d.rels_blob for w in words)]
 
@@ -3006,6 +3031,8 @@ class NameFinder:
                 self.grams.setdefault(gram, []).append(i)
 
     def suggest(self, name: str, limit: int = 5) -> list[str]:
+        """Up to `limit` known names close to `name`, for did-you-mean: names containing it or contained in it,
+        then, among names sharing character 3-grams with it, the most similar (difflib; also ignoring case)."""
         low = name.lower()
         if len(low) > HINT_MAX_CHARS:
             return []
@@ -5127,6 +5154,8 @@ DELETES = _annotations(read_only=False, destructive=True, idempotent=True)
 
 @dataclasses.dataclass(frozen=True)
 class Tool:
+    """One MCP tool: its name, title, description (limits rendered from Settings), input schema and annotations; the
+    handler is Memory's method of the same name."""
     name: str
     title: str
     description: str
@@ -7555,6 +7584,8 @@ UI_READS: dict[str, Callable[[UiApi, UiApi, dict[str, str]], Any]] = {  # (api, 
 
 
 def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type:
+    """The request handler class of --ui, bound to the API, the auth and the page: Host/Origin checks, the session
+    cookie and page token, UI_READS and UI_OPS."""
     from http.server import BaseHTTPRequestHandler
     from urllib.parse import parse_qs, urlsplit
 
@@ -7739,6 +7770,7 @@ def make_ui_handler(api: UiApi, auth: UiAuth, page: Callable[[], bytes]) -> type
 
 
 def serve_ui(settings: Settings, port: int, open_browser: bool, demo: bool) -> int:
+    """--ui: serve the web UI on 127.0.0.1 until Ctrl-C (--demo: a temporary copy of the demo graph)."""
     from http.server import ThreadingHTTPServer
     temp = None
     if demo:
@@ -9003,6 +9035,7 @@ def manage_probes(memory: Memory, args: argparse.Namespace) -> int:
 
 
 def report(memory: Memory) -> str:
+    """--report: the savings ledger in words, in all and per tool and client, at the configured price."""
     s = memory.settings
     r = receipts(memory)
     if not r["calls"]:
@@ -9474,6 +9507,7 @@ def init_command(move: bool) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: every option with its help text."""
     p = argparse.ArgumentParser(prog="graphmem", description="Lean, self-curating MCP memory server (stdio). "
                                 "With no options it serves MCP on stdin/stdout for an agent: set one up with "
                                 "--config CLIENT.", epilog=settings_help(),
@@ -9556,6 +9590,8 @@ def refuse_lone_companions(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line's entry point: maintenance and setup commands, else the MCP server on stdio; exit codes 0, 1
+    (findings or failures), 2 (bad usage)."""
     args = build_parser().parse_args(argv)
     try:
         refuse_lone_companions(args)

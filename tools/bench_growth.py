@@ -176,7 +176,8 @@ def costs(ms: ModuleType, folder: Path) -> None:
     prune_ms = (time.perf_counter() - start) * 1e3
     graph, probes = (getattr(memory, "fresh_graph", None) or memory.graph)(), memory.meta.probes()
     start = time.perf_counter()
-    ms.run_probes(probes, graph, memory.settings.recall_budget, memory.strength)
+    # run_probes takes the Memory since this release (its strength, anchors, flags and embeddings); before, a strength
+    ms.run_probes(probes, graph, memory.settings.recall_budget, memory if hasattr(memory, "lifecycle") else memory.strength)
     per_probe = (time.perf_counter() - start) * 1e3 / max(1, len(probes))
     print(f"costs: a prune {prune_ms:.1f} ms; one probe re-run {per_probe:.1f} ms on {graph.fact_count():,} facts "
           f"({len(graph.entities)} entities), so --compact runs {len(probes)} probes twice in "

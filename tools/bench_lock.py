@@ -16,7 +16,7 @@ Cases:
   write-10k      one add_observations of one fact at a 10k-fact graph (median of 20)
 
 With --baseline REF (a git ref, e.g. HEAD~5), the same cases run against that commit's
-memory_server.py in the same run, and a ratio is printed.
+memory_server.py in the same run, side by side (held and wall time of each).
 """
 from __future__ import annotations
 
@@ -144,7 +144,8 @@ def main() -> int:
                                     capture_output=True, check=True).stdout
             (base / "memory_server.py").write_bytes(source)
             servers.append((args.baseline, base))
-        print(f"lock hold times; {args.facts:,} facts and {args.probes:,} probes for compact; 2 cores")
+        print(f"lock hold times; {args.facts:,} facts and {args.probes:,} probes for compact; "
+              f"{os.cpu_count()} cores")
         print(f"{'case':15} " + "  ".join(f"{label + ' held':>14} {label + ' wall':>14}" for label, _ in servers))
         for case, source_path, extra in cases(work, args.facts, args.probes):
             if args.only and case not in args.only.split(","):

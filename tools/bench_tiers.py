@@ -5,9 +5,10 @@
 
 Prints figures only (never asserts). In a temporary HOME with PROJECTS known private projects (each a folder
 with project.json), Settings.from_env is timed (median of ROUNDS) for: a git work tree with an origin whose
-private memory exists (one `git config` call), one without an origin (a `git rev-list` call too), a new
-project with an origin and no memory yet (both calls and a scan of every project.json), the same without
-git on PATH (.git/config parsed), and outside any work tree. The baseline is MEMORY_FILE_PATH (no tiers),
+private memory exists (.git/config parsed, no git process), one without an origin (its root commit: one
+`git rev-list` call, then cached per HEAD, so the median is the cached cost), a new project with an origin
+and no memory yet (a scan of every project.json), the same origin case without git on PATH, and outside any
+work tree. The baseline is MEMORY_FILE_PATH (no tiers),
 timed in the same run. An HTTP transport that builds Settings per request pays this per request.
 """
 from __future__ import annotations

@@ -930,10 +930,7 @@ class GraphStore:
         return self._cache_key
 
     def _read_bytes(self) -> bytes:
-        try:
-            return self.path.read_bytes()
-        except FileNotFoundError:
-            return b""
+        return _file_bytes(self.path) or b""
 
     def read_fresh(self) -> tuple[Graph, tuple[int, int, int] | None]:
         """The file's graph parsed anew (never the cache) and the file version it came from."""
@@ -1533,7 +1530,8 @@ SKIPPED_WORDS = {"reconcile": "fact ages", "mark_active": "the day of use (activ
                  "record_call": "receipts", "add_probe": "guardrail probes", "probes": "guardrail probes",
                  "record_history": "history (undo)", "history": "history",
                  "vectors": "cached embeddings", "save_vectors": "cached embeddings",
-                 "forget_vectors": "cached embeddings"}
+                 "forget_vectors": "cached embeddings", "reconcile_own_change": "fact ages",
+                 "changes_since": "history", "last_briefing": "the last briefing's time"}
 
 
 def best_effort(default: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -2155,14 +2153,14 @@ class WordTable:
         """The word and the table keys it may be an inflection of (WordNet's rules and exception lists)."""
         word = fold_accents(word)
         keys = self.sections().get("query", {})
-        forms = [word] + [b for b, _ in self._lookup_forms(word)]
+        forms = [word] + self._lookup_forms(word)
         forms += [word[:-len(end)] + base for end, base in _DETACH
                   if word.endswith(end) and len(word) - len(end) >= 2 and word[:-len(end)] + base in keys]
         return list(dict.fromkeys(forms))
 
-    def _lookup_forms(self, word: str) -> list[tuple[str, float]]:
+    def _lookup_forms(self, word: str) -> list[str]:
         raw = self.sections().get("forms", {}).get(word)
-        return [(item.rpartition("|")[0], 1.0) for item in raw.split("\t")] if raw else []
+        return [item.rpartition("|")[0] for item in raw.split("\t")] if raw else []
 
     def related(self, phrase: str) -> dict[str, float]:
         """Stem phrase -> best weight of the words related to `phrase` (a word or 2-3 words): its synonyms,
@@ -2330,7 +2328,6 @@ class EmbeddingClient:
         self.model = settings.embeddings_model
         self._key = settings.embeddings_key
         self.dim = 0             # dimensions of the first vectors received; others are refused
-        self.calls = 0           # requests sent by this process
         self.problem = ""        # why the last request failed
         self.failed_at = 0.0     # time.monotonic() of that failure
         host = urllib.parse.urlsplit(self.url).hostname or ""
@@ -2365,7 +2362,6 @@ class EmbeddingClient:
         elif self._basic:
             headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(self.url, body, headers, method="POST")
-        self.calls += 1
         try:
             with self._opener.open(request, timeout=timeout) as answer:
                 return answer.read(EMBED_MAX_ANSWER)
@@ -2906,10 +2902,6 @@ class SearchIndex:
                     fact.score, fact.name_only = min(fact.score, cap), True
         scored.sort(key=lambda f: (-f.score, f.entity, f.text))
         return scored
-
-    def _name_and_text(self, fid: int) -> tuple[str, str]:
-        doc, i = self.fact_of[fid]
-        return doc.name, doc.facts[i]
 
     def _name_only(self, terms: list[Term], own: list[dict[int, float]], fids: list[int],
                    near: dict[int, float] | None) -> set[int]:

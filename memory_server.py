@@ -6749,10 +6749,9 @@ HTTP_TOKEN_ENV = "MEMORY_HTTP_TOKEN"
 HTTP_SESSION_HEADER = "Mcp-Session-Id"
 HTTP_VERSION_HEADER = "MCP-Protocol-Version"
 HEADER_MISMATCH = -32020  # MCP 2026-07-28: headers and body disagree, or a required header is missing
-MISSING_CAPABILITY = -32021  # MCP 2026-07-28: the request needs a client capability it did not declare
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-STATUS_OF_MODERN_ERROR = {UNSUPPORTED_VERSION: 400, HEADER_MISMATCH: 400, MISSING_CAPABILITY: 400,
-                          METHOD_NOT_FOUND: 404}  # the 2026-07-28 transport's statuses; other errors ride a 200
+# the 2026-07-28 transport's statuses (a header mismatch answers 400 where it is found); other errors ride a 200
+STATUS_OF_MODERN_ERROR = {UNSUPPORTED_VERSION: 400, METHOD_NOT_FOUND: 404}
 
 
 class HttpError(Exception):
@@ -7328,9 +7327,10 @@ class UiApi:
         """Each tier: name, file, facts, and whether writes go there by default."""
         found = []
         for name in self.tier_names():
-            path = self.for_tier(name).memory.settings.file_path
-            counts = graph_file_facts(path)
-            found.append({"tier": name, "file": str(path), "facts": counts[1] if counts else 0,
+            memory = self.for_tier(name).memory
+            with memory.lock:  # the store's cached graph: parsed again only when its file changed
+                facts = memory.store.read().fact_count()
+            found.append({"tier": name, "file": str(memory.settings.file_path), "facts": facts,
                           "default": name == self.memory.settings.tier})
         return found
 
@@ -8503,9 +8503,9 @@ def briefing(memory: Memory, budget: int, query: str | None) -> str:
     since = previous or time.time() - CONTEXT_FIRST_DAYS * 86400
     changed = briefing_changes(memory, since)
     if previous is not None:  # after the first briefing: facts other tools or people wrote count too
+        listed = {line[:at] for line in changed for at in _positions(line, " (")}  # "+ name: text" before " ("
         changed += [f"+ {name}: {text} (first seen {utc_stamp(ts)[:10]})"
-                    for ts, name, text in first_seen(memory.meta, since)
-                    if not any(line.startswith(f"+ {name}: {text} (") for line in changed)]
+                    for ts, name, text in first_seen(memory.meta, since) if f"+ {name}: {text}" not in listed]
     sections = [("Pinned facts and rules", pinned_and_rules(memory, graph)),
                 (f"Changed since {utc_stamp(since)}", changed),
                 ("Most used", most_used(memory))]
@@ -8534,6 +8534,14 @@ def global_briefing(settings: Settings, budget: int, query: str | None) -> str:
     head = (f"graphmem: no memory for this project yet; your global memory: {len(graph.entities)} entities, "
             f"{graph.fact_count()} facts.")
     return fit_to_budget(head, sections, CONTEXT_REMINDER, budget)
+
+
+def _positions(text: str, part: str) -> Iterator[int]:
+    """Where `part` starts in `text`, every occurrence."""
+    at = text.find(part)
+    while at >= 0:
+        yield at
+        at = text.find(part, at + 1)
 
 
 def first_seen(meta: MetaStore, since: float) -> list[tuple[float, str, str]]:
@@ -8656,12 +8664,15 @@ def export_markdown(memory: Memory, folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
     stems = {e.name: markdown_stem(e.name, taken) for e in graph.entities}
+    outgoing: dict[str, list[tuple[int, Relation]]] = {}  # relations by their from end, in file order
+    for i, r in enumerate(graph.relations):
+        outgoing.setdefault(r.frm, []).append((i, r))
     for position, e in enumerate(graph.entities):
         lines = ["---", f"name: {json.dumps(e.name, ensure_ascii=False)}",
                  f"type: {json.dumps(e.entityType, ensure_ascii=False)}", f"position: {position}", "---",
                  f"# {short(e.name, 200)}", "",
                  "## Facts", *[markdown_item(o) for o in e.observations]]
-        out = [(i, r) for i, r in enumerate(graph.relations) if r.frm == e.name]
+        out = outgoing.get(e.name, [])
         if out:
             lines += ["", "## Relations"]
             for i, r in out:  # the comment keeps the graph's relation order for --import
@@ -8830,8 +8841,8 @@ def import_new_facts(tx: Transaction, entity: Entity, facts: list[str], settings
 # 14. CLI: maintenance (--lint, --compact, --report), setup (--config, --protocol, --skill), --ui
 # ════════════════════════════════════════════════════════════════════════════
 
-def lint_report(memory: Memory) -> str:
-    """Read-only health report of the graph."""
+def lint_report(memory: Memory, secrets: list[str] | None = None) -> str:
+    """Read-only health report of the graph (secrets: secret_findings of it, when the caller has them)."""
     graph = memory.fresh_graph()
     s = memory.settings
     names = set(graph.by_name())
@@ -8870,7 +8881,7 @@ def lint_report(memory: Memory) -> str:
         lines.append(f"git conflict markers: {markers} (merged without the driver): --lint --fix heals the file "
                      "keeping both sides; graphmem --init registers the driver")
     lines += team_driver_lint(memory.settings)
-    secrets_found = secret_findings(graph)
+    secrets_found = secret_findings(graph) if secrets is None else secrets
     lines.append(f"secret-shaped text: {len(secrets_found)}" + (" (exit code 1: remove it before committing)"
                                                                 if secrets_found else ""))
     lines += [f"  {where}" for where in secrets_found[:20]]
@@ -9659,8 +9670,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"healed {markers} conflict marker line(s); both sides' facts kept{staged}" if markers
                       else "nothing to fix")
             if args.lint:
-                print(lint_report(memory))
                 found = secret_findings(memory.fresh_graph())
+                print(lint_report(memory, found))
                 if found:  # on stderr too: a pre-commit hook sends stdout to /dev/null, and must still say why
                     log(f"secret-shaped text in {memory.store.path}: {'; '.join(found[:5])}"
                         + (f" (+{len(found) - 5} more)" if len(found) > 5 else "") + ". Remove it before committing.")

@@ -9694,6 +9694,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `graphmem --lint | head`: the reader left; stop quietly (the Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as err:  # a full disk, a read-only folder: files are replaced whole, so none is half-written
+        where = f" {err.filename}" if err.filename else ""
+        print(f"graphmem: cannot write{where}: {err.strerror or err}; nothing was half-written (each file is "
+              "replaced whole); free space or fix the permissions, then run it again", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -534,3 +534,26 @@ def test_projects_points_at_the_memory_a_renamed_remote_left_behind(tmp_path, ho
     assert "github.com-acme-new-name-" in out.split("renamed remote?")[1], out
     serve(shop, home, [remember("2026-03-02: the api listens on 8080", "api")])
     assert "renamed remote?" not in graphmem(shop, home, "--projects").stdout  # it has a memory of its own now
+
+
+def test_move_private_on_a_full_disk_changes_neither_file(tmp_path, home):
+    """The team write fails (a file-size limit stands in for a full disk): the private memory stays where it
+    was, whole, no backup is made, the team file is as it was, and the answer is a message, not a traceback."""
+    import resource
+    shop = repo(home, tmp_path / "shop", "git@github.com:acme/shop.git")
+    serve(shop, home, [("create_entities", {"entities": [
+        {"name": f"svc{i}", "entityType": "service", "observations": [f"service {i} " + "x" * 200]}
+        for i in range(20)]})])
+    private, = (data_dir(home) / "projects").glob("*/memory.jsonl")
+    assert graphmem(shop, home, "--init").returncode == 0
+    team = shop / ".graphmem" / "memory.jsonl"
+    write_graph(team, [("api", "backend", ["written in Go"])])
+    before_private, before_team = private.read_bytes(), team.read_bytes()
+    limit = len(before_team) + 512  # the merged team file is several KB
+    done = subprocess.run([sys.executable, str(SERVER), "--init", "--move-private"], cwd=shop, capture_output=True,
+                          text=True, timeout=60, env=env_for(home),
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert private.read_bytes() == before_private and not list(private.parent.glob("memory.jsonl.moved-*"))
+    assert team.read_bytes() == before_team
+    assert not [p for p in team.parent.iterdir() if p.name.startswith(".memory.jsonl") or p.suffix == ".tmp"]
